@@ -1,0 +1,62 @@
+// gemma4 make-tiny: writes a random checkpoint of any shape in the official layout.
+#include "../cli.hpp"
+
+#include <gemma4/model/random_checkpoint.hpp>
+
+#include <cstdio>
+
+namespace {
+
+using namespace gemma4;
+
+DType parse_dtype(const std::string& s) {
+    if (s == "bf16") return DType::BF16;
+    if (s == "f16") return DType::F16;
+    if (s == "f32") return DType::F32;
+    if (s == "f64") return DType::F64;
+    throw InvalidArgument("make-tiny: --dtype must be bf16, f16, f32 or f64, got '" + s + "'");
+}
+
+int run(cli::Args& args) {
+    const std::string out = args.require("out");
+    Gemma4Config c = tiny_config();
+    RandomCheckpointOptions o;
+    o.seed = args.number<std::uint64_t>("seed", 1);
+    o.dtype = parse_dtype(args.get("dtype").value_or("bf16"));
+    o.shards = args.number<int>("shards", 1);
+    o.text_only_layout = args.flag("text-only");
+    c.vocab_size = args.number<std::int64_t>("vocab-size", c.vocab_size);
+    c.hidden_size = args.number<std::int64_t>("hidden-size", c.hidden_size);
+    c.intermediate_size = args.number<std::int64_t>("intermediate-size", c.intermediate_size);
+    c.num_hidden_layers = args.number<std::int64_t>("layers", c.num_hidden_layers);
+    c.num_attention_heads = args.number<std::int64_t>("heads", c.num_attention_heads);
+    c.num_key_value_heads = args.number<std::int64_t>("kv-heads", c.num_key_value_heads);
+    c.head_dim = args.number<std::int64_t>("head-dim", c.head_dim);
+    c.global_head_dim = args.number<std::int64_t>("global-head-dim", c.global_head_dim);
+    c.num_global_key_value_heads = args.number<std::int64_t>("global-kv-heads", c.num_global_key_value_heads);
+    c.sliding_window = args.number<std::int64_t>("sliding-window", c.sliding_window);
+    c.max_position_embeddings = args.number<std::int64_t>("max-positions", c.max_position_embeddings);
+    if (c.num_hidden_layers < 1 || c.num_hidden_layers > static_cast<std::int64_t>(Gemma4Config::kMaxLayers))
+        throw InvalidArgument("make-tiny: --layers must be in [1, 256]");
+    if (auto types = args.get("layer-types")) {
+        // e.g. "sssssf": s = sliding, f = full, one letter per layer
+        if (static_cast<std::int64_t>(types->size()) != c.num_hidden_layers)
+            throw InvalidArgument("make-tiny: --layer-types needs one letter (s/f) per layer");
+        for (std::size_t i = 0; i < types->size(); ++i) {
+            if ((*types)[i] != 's' && (*types)[i] != 'f') throw InvalidArgument("make-tiny: --layer-types letters are s or f");
+            c.layer_types[i] = (*types)[i] == 's' ? AttentionKind::Sliding : AttentionKind::Full;
+        }
+    } else if (args.get("layers")) {
+        c.layer_types = Gemma4Config::default_layer_types(c.num_hidden_layers);
+    }
+    args.finish();
+    // Validate through the same parser that loads it.
+    parse_config(config_to_json(c), "make-tiny");
+    write_random_checkpoint(out, c, o);
+    std::fprintf(stderr, "wrote %s: %lld parameters\n", out.c_str(), static_cast<long long>(parameter_count(c)));
+    return 0;
+}
+
+const cli::Command reg{"make-tiny", "write a random checkpoint of any shape (official layout)", run};
+
+}  // namespace

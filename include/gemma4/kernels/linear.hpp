@@ -1,0 +1,95 @@
+// linear: y[t, n] = Σ_k x[t, k] · w[n, k] for a stored weight matrix w (PyTorch [out, in]
+// layout) in any supported dtype. Weight rows are converted to T just before use, a block at a
+// time, so nothing is converted up front and each weight byte is read once per call.
+#pragma once
+
+#include <gemma4/kernels/simd.hpp>
+#include <gemma4/kernels/thread_pool.hpp>
+#include <gemma4/tensor/weight_view.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+namespace gemma4 {
+
+namespace detail {
+
+/// Row `r` of a [rows, cols] weight converted to T (cols elements).
+template <class T>
+inline void load_row(const WeightView& w, std::int64_t r, T* out) {
+    const std::int64_t cols = w.cols();
+    const std::byte* base = w.data;
+    switch (w.dtype) {
+        case DType::BF16: {
+            const auto* src = reinterpret_cast<const std::uint16_t*>(base) + r * cols;
+            for (std::int64_t i = 0; i < cols; ++i) {
+                const std::uint32_t bits = static_cast<std::uint32_t>(src[i]) << 16;
+                float f;
+                std::memcpy(&f, &bits, 4);
+                out[i] = static_cast<T>(f);
+            }
+            return;
+        }
+        case DType::F16: {
+            const auto* src = reinterpret_cast<const std::uint16_t*>(base) + r * cols;
+            for (std::int64_t i = 0; i < cols; ++i) out[i] = static_cast<T>(f16_to_float(src[i]));
+            return;
+        }
+        case DType::F32: {
+            const auto* src = reinterpret_cast<const float*>(base) + r * cols;
+            for (std::int64_t i = 0; i < cols; ++i) out[i] = static_cast<T>(src[i]);
+            return;
+        }
+        case DType::F64: {
+            const auto* src = reinterpret_cast<const double*>(base) + r * cols;
+            for (std::int64_t i = 0; i < cols; ++i) out[i] = static_cast<T>(src[i]);
+            return;
+        }
+        default:
+            for (std::int64_t i = 0; i < cols; ++i) out[i] = w.at<T>(r * cols + i);
+            return;
+    }
+}
+
+/// Whether rows of `w` can be used in place as T (no conversion).
+template <class T>
+inline bool stored_as(const WeightView& w) {
+    return (std::is_same_v<T, float> && w.dtype == DType::F32) || (std::is_same_v<T, double> && w.dtype == DType::F64);
+}
+
+}  // namespace detail
+
+/// Strided row-major activations: row t starts at data + t * stride.
+template <class T>
+struct Rows {
+    T* data;
+    std::int64_t stride;
+    T* row(std::int64_t t) const { return data + t * stride; }
+};
+
+/// y[t, 0:N) = x[t, 0:K) · wᵀ for t < tokens. N = w.rows(), K = w.cols().
+template <class T>
+void linear(const WeightView& w, Rows<const T> x, Rows<T> y, std::int64_t tokens, ThreadPool& pool) {
+    const std::int64_t N = w.rows(), K = w.cols();
+    pool.parallel_for(
+        N,
+        [&](std::int64_t n0, std::int64_t n1) {
+            thread_local std::vector<T> row;
+            if (static_cast<std::int64_t>(row.size()) < K) row.resize(static_cast<std::size_t>(K));
+            for (std::int64_t n = n0; n < n1; ++n) {
+                const T* wr;
+                if (detail::stored_as<T>(w)) {
+                    wr = reinterpret_cast<const T*>(w.data) + n * K;
+                } else {
+                    detail::load_row(w, n, row.data());
+                    wr = row.data();
+                }
+                for (std::int64_t t = 0; t < tokens; ++t) y.row(t)[n] = detail::dot(wr, x.row(t), K);
+            }
+        },
+        16);
+}
+
+}  // namespace gemma4

@@ -1,0 +1,85 @@
+// Element-wise and per-row kernels of the decoder: RMSNorm, rotate-half RoPE, GeGLU, soft-cap.
+// One function per spec op; the layers call these and never loop over elements themselves.
+#pragma once
+
+#include <gemma4/kernels/simd.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+
+namespace gemma4::kernels {
+
+/// rmsnorm / rmsnormUnit: y[i] = x[i] / sqrt(Σx²/n + eps) · w[i]   (w == nullptr: no weight).
+/// In place is allowed (y == x).
+template <class T>
+inline void rms_norm(const T* x, const T* w, T eps, std::int64_t n, T* y) {
+    const T ms = detail::sum_squares(x, n) / static_cast<T>(n);
+    const T inv = T(1) / std::sqrt(ms + eps);
+    if (w) {
+        for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * inv * w[i];
+    } else {
+        for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * inv;
+    }
+}
+
+/// rope (rotate-half): pairs (i, i + d/2) for i < d/2 rotated by angle[i]; cos/sin given per
+/// pair (cos = 1, sin = 0 for the unrotated pairs of proportional RoPE).
+template <class T>
+inline void rope(T* x, const T* cos, const T* sin, std::int64_t d) {
+    const std::int64_t h = d / 2;
+    for (std::int64_t i = 0; i < h; ++i) {
+        const T a = x[i], b = x[i + h];
+        x[i] = a * cos[i] - b * sin[i];
+        x[i + h] = b * cos[i] + a * sin[i];
+    }
+}
+
+/// gelu_pytorch_tanh(x) = 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))
+template <class T>
+inline T gelu_tanh(T x) {
+    const T k = static_cast<T>(0.79788456080286535587989211986876);  // √(2/π)
+    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+}
+
+/// geluMul: y[i] = gelu_tanh(gate[i]) · up[i]
+template <class T>
+inline void gelu_mul(const T* gate, const T* up, std::int64_t n, T* y) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = gelu_tanh(gate[i]) * up[i];
+}
+
+/// lmHead soft-cap: z ← cap · tanh(z / cap) (cap ≤ 0: unchanged).
+template <class T>
+inline void softcap(T* z, std::int64_t n, T cap) {
+    if (cap <= T(0)) return;
+    const T inv = T(1) / cap;
+    for (std::int64_t i = 0; i < n; ++i) z[i] = cap * std::tanh(z[i] * inv);
+}
+
+/// attn_residual: x ← x + h
+template <class T>
+inline void residual_add(T* x, const T* h, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) x[i] += h[i];
+}
+
+/// mlp_residual: x ← s · (x + h)
+template <class T>
+inline void scaled_residual_add(T* x, const T* h, T s, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) x[i] = s * (x[i] + h[i]);
+}
+
+/// In-place softmax over n scores, max-subtracted.
+template <class T>
+inline void softmax(T* s, std::int64_t n) {
+    T m = s[0];
+    for (std::int64_t i = 1; i < n; ++i) m = s[i] > m ? s[i] : m;
+    T sum = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        s[i] = std::exp(s[i] - m);
+        sum += s[i];
+    }
+    const T inv = T(1) / sum;
+    for (std::int64_t i = 0; i < n; ++i) s[i] *= inv;
+}
+
+}  // namespace gemma4::kernels

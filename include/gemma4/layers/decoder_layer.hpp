@@ -1,0 +1,69 @@
+// DecoderLayer: sandwich-normed attention and MLP with the per-layer scalar (spec §1.6), composed
+// from an attention type and an MLP type so either can be replaced and tested against ours.
+//
+// An Attn or Mlp type provides: a constructor (const Gemma4Config&, int layer, const
+// LayerWeights&) and `forward(LayerContext<T>&, const T* in, T* out, Obs&)` over [tokens, H].
+#pragma once
+
+#include <gemma4/config.hpp>
+#include <gemma4/layers/attention.hpp>
+#include <gemma4/layers/context.hpp>
+#include <gemma4/layers/mlp.hpp>
+#include <gemma4/layers/observer.hpp>
+#include <gemma4/layers/rms_norm.hpp>
+#include <gemma4/model/weights.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace gemma4 {
+
+template <class T, class Attn, class Mlp>
+class DecoderLayer {
+public:
+    using scalar_type = T;
+    using attention_type = Attn;
+    using mlp_type = Mlp;
+
+    DecoderLayer(const Gemma4Config& c, int layer, const LayerWeights& w)
+        : layer_(layer),
+          input_norm_(w.input_layernorm, c.rms_norm_eps),
+          attn_(c, layer, w),
+          post_mix_norm_(w.post_attention_layernorm, c.rms_norm_eps),
+          post_attn_norm_(w.pre_feedforward_layernorm, c.rms_norm_eps),
+          mlp_(c, layer, w),
+          post_ffn_norm_(w.post_feedforward_layernorm, c.rms_norm_eps),
+          layer_scalar_(w.layer_scalar.template at<T>(0)) {}
+
+    /// The residual stream x[tokens, H] in, the layer's output out (in place).
+    template <class Obs>
+    void forward(LayerContext<T>& ctx, T* x, Obs& obs) const {
+        const std::int64_t n = ctx.tokens.size(), H = input_norm_.dim(), size = n * H;
+        std::vector<T> a(static_cast<std::size_t>(size)), h(static_cast<std::size_t>(size));
+
+        input_norm_(x, H, a.data(), H, n);                                   tap(obs, layer_, "input_norm", a.data(), n, H, H);
+        attn_.forward(ctx, a.data(), h.data(), obs);                         // attn.qkv_proj … attn.o_proj
+        post_mix_norm_(h.data(), H, h.data(), H, n);                         tap(obs, layer_, "post_mix_norm", h.data(), n, H, H);
+        kernels::residual_add(x, h.data(), size);                            tap(obs, layer_, "attn_residual", x, n, H, H);
+        post_attn_norm_(x, H, a.data(), H, n);                               tap(obs, layer_, "post_attn_norm", a.data(), n, H, H);
+        mlp_.forward(ctx, a.data(), h.data(), obs);                          // mlp.gate_up, mlp.act, mlp.down
+        post_ffn_norm_(h.data(), H, h.data(), H, n);                         tap(obs, layer_, "post_ffn_norm", h.data(), n, H, H);
+        kernels::scaled_residual_add(x, h.data(), layer_scalar_, size);      tap(obs, layer_, "mlp_residual", x, n, H, H);
+    }
+
+    const Attn& attention() const { return attn_; }
+    const Mlp& mlp() const { return mlp_; }
+    T layer_scalar() const { return layer_scalar_; }
+
+private:
+    int layer_;
+    RMSNorm<T> input_norm_;
+    Attn attn_;
+    RMSNorm<T> post_mix_norm_;
+    RMSNorm<T> post_attn_norm_;
+    Mlp mlp_;
+    RMSNorm<T> post_ffn_norm_;
+    T layer_scalar_;
+};
+
+}  // namespace gemma4

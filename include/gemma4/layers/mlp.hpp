@@ -1,0 +1,43 @@
+// GeGLU MLP (spec nodes mlp.*): down( gelu_tanh(gate(x)) · up(x) ).
+#pragma once
+
+#include <gemma4/config.hpp>
+#include <gemma4/kernels/linear.hpp>
+#include <gemma4/kernels/ops.hpp>
+#include <gemma4/layers/context.hpp>
+#include <gemma4/layers/observer.hpp>
+#include <gemma4/model/weights.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace gemma4 {
+
+template <class T>
+class GeGLU {
+public:
+    GeGLU(const Gemma4Config&, int, const LayerWeights& w) : gate_(w.gate_proj), up_(w.up_proj), down_(w.down_proj) {}
+
+    template <class Obs>
+    void forward(LayerContext<T>& ctx, const T* x, T* out, Obs& obs) const {
+        const std::int64_t n = ctx.tokens.size(), H = gate_.cols(), I = gate_.rows();
+        // mlp.gate_up — [gate | up], the spec's fused layout.
+        std::vector<T> gate_up(static_cast<std::size_t>(n * 2 * I));
+        linear<T>(gate_, {x, H}, {gate_up.data(), 2 * I}, n, ctx.pool);
+        linear<T>(up_, {x, H}, {gate_up.data() + I, 2 * I}, n, ctx.pool);
+        tap(obs, ctx.layer, "mlp.gate_up", gate_up.data(), n, 2 * I, 2 * I);
+        // mlp.act
+        std::vector<T> act(static_cast<std::size_t>(n * I));
+        for (std::int64_t t = 0; t < n; ++t)
+            kernels::gelu_mul(gate_up.data() + t * 2 * I, gate_up.data() + t * 2 * I + I, I, act.data() + t * I);
+        tap(obs, ctx.layer, "mlp.act", act.data(), n, I, I);
+        // mlp.down
+        linear<T>(down_, {act.data(), I}, {out, H}, n, ctx.pool);
+        tap(obs, ctx.layer, "mlp.down", out, n, H, H);
+    }
+
+private:
+    WeightView gate_, up_, down_;
+};
+
+}  // namespace gemma4

@@ -1,0 +1,38 @@
+// RMSNorm as a module: the weight converted once to T (a few KB), applied row by row.
+#pragma once
+
+#include <gemma4/kernels/ops.hpp>
+#include <gemma4/tensor/weight_view.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace gemma4 {
+
+template <class T>
+class RMSNorm {
+public:
+    RMSNorm() = default;
+    /// Weighted norm (y = x̂ · w, plain w: spec §1.1).
+    RMSNorm(const WeightView& w, double eps) : weight_(w.to_vector<T>()), eps_(static_cast<T>(eps)), dim_(w.numel()) {}
+    /// Norm without weight (v_norm, the multimodal pre-projection norm).
+    static RMSNorm unit(std::int64_t dim, double eps) {
+        RMSNorm n;
+        n.eps_ = static_cast<T>(eps);
+        n.dim_ = dim;
+        return n;
+    }
+
+    /// `rows` rows of dim() values at x (stride sx) → y (stride sy); y may alias x.
+    void operator()(const T* x, std::int64_t sx, T* y, std::int64_t sy, std::int64_t rows) const {
+        for (std::int64_t r = 0; r < rows; ++r) kernels::rms_norm(x + r * sx, weight_.empty() ? nullptr : weight_.data(), eps_, dim_, y + r * sy);
+    }
+    std::int64_t dim() const { return dim_; }
+
+private:
+    std::vector<T> weight_;
+    T eps_ = T(1e-6);
+    std::int64_t dim_ = 0;
+};
+
+}  // namespace gemma4

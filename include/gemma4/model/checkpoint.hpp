@@ -1,0 +1,153 @@
+// Opening a checkpoint directory as published: config.json, model.safetensors or shards listed
+// in model.safetensors.index.json. Every tensor of the table is looked up, shape-checked and
+// bound as a zero-copy view; unknown tensors are rejected so that a checkpoint of a variant we
+// do not implement cannot load silently.
+#pragma once
+
+#include <gemma4/config.hpp>
+#include <gemma4/error.hpp>
+#include <gemma4/io/config_json.hpp>
+#include <gemma4/io/safetensors.hpp>
+#include <gemma4/model/tensor_table.hpp>
+#include <gemma4/model/weights.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace gemma4 {
+
+/// All tensors of a checkpoint directory, by name, over one or more mapped shards.
+class TensorStore {
+public:
+    explicit TensorStore(const std::filesystem::path& dir) : dir_(dir) {
+        if (!std::filesystem::is_directory(dir)) throw IoError(dir.string() + ": model directory not found");
+        const auto index = dir / "model.safetensors.index.json";
+        if (std::filesystem::exists(index)) {
+            open_sharded(index);
+        } else if (std::filesystem::exists(dir / "model.safetensors")) {
+            files_.push_back(std::make_unique<SafetensorsFile>(dir / "model.safetensors"));
+            for (const auto& [name, e] : files_.back()->entries()) where_[name] = files_.back().get();
+        } else {
+            throw IoError(dir.string() + ": no model.safetensors or model.safetensors.index.json");
+        }
+    }
+
+    bool contains(const std::string& name) const { return where_.count(name) != 0; }
+    WeightView view(const std::string& name) const { return where_.at(name)->view(name); }
+    std::string file_of(const std::string& name) const { return where_.at(name)->path().string(); }
+    std::vector<std::string> names() const {
+        std::vector<std::string> n;
+        for (const auto& [k, v] : where_) n.push_back(k);
+        return n;
+    }
+    const std::filesystem::path& directory() const { return dir_; }
+    const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+
+private:
+    void open_sharded(const std::filesystem::path& index) {
+        std::ifstream in(index);
+        if (!in) throw IoError(index.string() + ": cannot open");
+        std::stringstream ss;
+        ss << in.rdbuf();
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(ss.str());
+        } catch (const nlohmann::json::parse_error& e) {
+            throw FormatError(index.string() + ": not valid JSON: " + e.what());
+        }
+        if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+            throw FormatError(index.string() + ": missing weight_map object");
+        std::map<std::string, SafetensorsFile*> by_file;
+        for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+            if (!it->is_string()) throw FormatError(index.string() + ": weight_map['" + it.key() + "'] is not a file name");
+            const std::string shard = it->get<std::string>();
+            if (shard.empty() || shard.find('/') != std::string::npos || shard.find("..") != std::string::npos)
+                throw FormatError(index.string() + ": weight_map['" + it.key() + "'] names an invalid shard '" + shard + "'");
+            auto f = by_file.find(shard);
+            if (f == by_file.end()) {
+                files_.push_back(std::make_unique<SafetensorsFile>(dir_ / shard));
+                f = by_file.emplace(shard, files_.back().get()).first;
+            }
+            if (!f->second->contains(it.key()))
+                throw ShapeError(f->second->path().string() + ": tensor '" + it.key() + "' listed in the index is not in this shard");
+            where_[it.key()] = f->second;
+        }
+        for (const auto& file : files_)
+            for (const auto& [name, e] : file->entries())
+                if (!where_.count(name))
+                    throw FormatError(file->path().string() + ": tensor '" + name + "' is not listed in " + index.filename().string());
+    }
+
+    std::filesystem::path dir_;
+    std::vector<std::unique_ptr<SafetensorsFile>> files_;
+    std::map<std::string, SafetensorsFile*> where_;
+};
+
+/// "model.language_model." (unified) or "model." (text-only), from the embedding's name.
+inline std::string detect_text_prefix(const TensorStore& store) {
+    if (store.contains("model.language_model.embed_tokens.weight")) return "model.language_model.";
+    if (store.contains("model.embed_tokens.weight")) return "model.";
+    throw ShapeError(store.directory().string() +
+                     ": missing tensor 'model.language_model.embed_tokens.weight' (or 'model.embed_tokens.weight')");
+}
+
+struct LoadOptions {
+    /// Load the vision / audio embedders when the checkpoint has them.
+    bool multimodal = true;
+};
+
+/// A loaded checkpoint: config, weights as views, the store that owns the mappings.
+struct Checkpoint {
+    Gemma4Config config;
+    ModelWeights weights;
+    std::filesystem::path directory;
+    std::string text_prefix;
+};
+
+inline Checkpoint load_checkpoint(const std::filesystem::path& dir, LoadOptions options = {}) {
+    if (!std::filesystem::is_directory(dir)) throw IoError(dir.string() + ": model directory not found");
+    Checkpoint ck;
+    ck.directory = dir;
+    ck.config = load_config(dir / "config.json");
+    auto store = std::make_shared<TensorStore>(dir);
+    ck.text_prefix = detect_text_prefix(*store);
+    const auto table = tensor_table(ck.config, ck.text_prefix, ck.weights);
+
+    std::set<std::string> known;
+    for (const TensorSpec& spec : table) {
+        const std::string* found = nullptr;
+        for (const auto& n : spec.names) {
+            known.insert(n);
+            if (!found && store->contains(n)) found = &n;
+        }
+        if (!found) {
+            if (spec.required)
+                throw ShapeError(dir.string() + ": missing tensor '" + spec.name() + "' (expected shape " +
+                                 shape_string(spec.shape) + ")");
+            continue;
+        }
+        WeightView v = store->view(*found);
+        if (v.shape != spec.shape)
+            throw ShapeError(store->file_of(*found) + ": tensor '" + *found + "' has shape " + shape_string(v.shape) +
+                             ", config.json implies " + shape_string(spec.shape));
+        if (v.dtype == DType::I32)
+            throw ShapeError(store->file_of(*found) + ": tensor '" + *found + "' has dtype I32; expected BF16, F16, F32 or F64");
+        if (spec.group == TensorGroup::Text || options.multimodal) *spec.field = std::move(v);
+    }
+    for (const auto& name : store->names())
+        if (!known.count(name))
+            throw ShapeError(store->file_of(name) + ": unexpected tensor '" + name +
+                             "' (not part of the Gemma 4 unified layout described by config.json)");
+    ck.weights.storage = store;
+    return ck;
+}
+
+}  // namespace gemma4

@@ -1,0 +1,200 @@
+// Model: embedding → decoder layers → final norm → tied, soft-capped LM head (spec nodes embed …
+// lm_head). One forward step takes chunks of one or more sequences; their positions come from
+// the KV cache, so a prompt may be fed whole, in chunks, or token by token with equal results.
+#pragma once
+
+#include <gemma4/config.hpp>
+#include <gemma4/error.hpp>
+#include <gemma4/kernels/linear.hpp>
+#include <gemma4/kernels/ops.hpp>
+#include <gemma4/kernels/thread_pool.hpp>
+#include <gemma4/layers/attention.hpp>
+#include <gemma4/layers/context.hpp>
+#include <gemma4/layers/decoder_layer.hpp>
+#include <gemma4/layers/mlp.hpp>
+#include <gemma4/layers/observer.hpp>
+#include <gemma4/layers/rms_norm.hpp>
+#include <gemma4/model/checkpoint.hpp>
+#include <gemma4/model/kv_cache.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace gemma4 {
+
+/// Which positions get logits: every token (scoring, tests) or each chunk's last (generation).
+enum class LogitsMode : std::uint8_t { All, Last };
+
+/// Part of one sequence fed in one step: its next ids.
+struct SequenceChunk {
+    SeqId seq;
+    std::span<const std::int32_t> ids;
+};
+
+/// logits[rows, vocab], row-major.
+template <class T>
+struct Logits {
+    std::int64_t rows = 0, vocab = 0;
+    std::vector<T> values;
+    std::span<const T> row(std::int64_t r) const {
+        return {values.data() + r * vocab, static_cast<std::size_t>(vocab)};
+    }
+};
+
+struct ModelOptions {
+    unsigned n_threads = 0;  ///< 0: hardware concurrency
+};
+
+template <class T>
+using StandardSlidingLayer = DecoderLayer<T, Attention<Sliding, T>, GeGLU<T>>;
+template <class T>
+using StandardFullLayer = DecoderLayer<T, Attention<Full, T>, GeGLU<T>>;
+
+/// The decoder over scalar type T (float for inference, double for conformance), with the layer
+/// types as parameters so that a custom layer can replace either kind.
+template <class T, class SlidingLayer = StandardSlidingLayer<T>, class FullLayer = StandardFullLayer<T>>
+class BasicModel {
+public:
+    using scalar_type = T;
+    using Layer = std::variant<SlidingLayer, FullLayer>;
+
+    explicit BasicModel(Checkpoint checkpoint, ModelOptions options = {})
+        : ck_(std::move(checkpoint)), pool_(std::make_unique<ThreadPool>(options.n_threads)) {
+        const Gemma4Config& c = ck_.config;
+        for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+            const int l = static_cast<int>(i);
+            const LayerWeights& w = ck_.weights.layers[static_cast<std::size_t>(i)];
+            if (c.layer_kind(i) == AttentionKind::Sliding) layers_.emplace_back(std::in_place_index<0>, c, l, w);
+            else layers_.emplace_back(std::in_place_index<1>, c, l, w);
+        }
+        final_norm_ = RMSNorm<T>(ck_.weights.norm, c.rms_norm_eps);
+        // Decision 1: √H rounded to the embedding table's storage dtype (bf16 → 62 for H = 3840).
+        embed_scale_ = static_cast<T>(round_to_dtype(std::sqrt(static_cast<double>(c.hidden_size)), ck_.weights.embed_tokens.dtype));
+    }
+
+    static BasicModel load(const std::filesystem::path& dir, ModelOptions options = {}, LoadOptions load = {}) {
+        return BasicModel(load_checkpoint(dir, load), options);
+    }
+
+    const Gemma4Config& config() const { return ck_.config; }
+    const ModelWeights& weights() const { return ck_.weights; }
+    const Checkpoint& checkpoint() const { return ck_; }
+    ThreadPool& pool() const { return *pool_; }
+    T embed_scale() const { return embed_scale_; }
+    const std::vector<Layer>& layers() const { return layers_; }
+
+    KVCache<T> make_cache(KVCacheOptions options = {}) const { return KVCache<T>(ck_.config, options); }
+
+    /// One forward step over chunks of distinct sequences. Appends their keys and values to the
+    /// cache and returns logits for every token (All) or for each chunk's last token (Last).
+    template <class Obs = NoObserver>
+    Logits<T> forward(std::span<const SequenceChunk> batch, KVCache<T>& cache, LogitsMode mode = LogitsMode::All,
+                      Obs&& obs = {}) const {
+        const Gemma4Config& c = ck_.config;
+        const std::int64_t H = c.hidden_size;
+        const StepTokens tokens = plan_step(batch, cache);
+        const std::int64_t n = tokens.size();
+
+        // embed
+        std::vector<T> x(static_cast<std::size_t>(n * H));
+        std::int64_t t = 0;
+        for (const SequenceChunk& chunk : batch)
+            for (std::int32_t id : chunk.ids) {
+                detail::load_row(ck_.weights.embed_tokens, id, x.data() + t * H);
+                for (std::int64_t i = 0; i < H; ++i) x[static_cast<std::size_t>(t * H + i)] *= embed_scale_;
+                ++t;
+            }
+        tap(obs, -1, "embed", x.data(), n, H, H);
+
+        for (std::size_t l = 0; l < layers_.size(); ++l) {
+            LayerContext<T> ctx{c, static_cast<int>(l), tokens, cache, *pool_};
+            std::visit([&](const auto& layer) { layer.forward(ctx, x.data(), obs); }, layers_[l]);
+        }
+        for (const SequenceChunk& chunk : batch) cache.advance(chunk.seq, static_cast<std::int64_t>(chunk.ids.size()));
+
+        // final_norm over the rows that get logits
+        std::vector<std::int64_t> rows;
+        std::int64_t end = 0;
+        for (const SequenceChunk& chunk : batch) {
+            const auto len = static_cast<std::int64_t>(chunk.ids.size());
+            if (mode == LogitsMode::All)
+                for (std::int64_t j = 0; j < len; ++j) rows.push_back(end + j);
+            else
+                rows.push_back(end + len - 1);
+            end += len;
+        }
+        const auto r = static_cast<std::int64_t>(rows.size());
+        std::vector<T> h(static_cast<std::size_t>(r * H));
+        for (std::int64_t i = 0; i < r; ++i)
+            final_norm_(x.data() + rows[static_cast<std::size_t>(i)] * H, H, h.data() + i * H, H, 1);
+        tap(obs, -1, "final_norm", h.data(), r, H, H);
+
+        // lm_head: z = h·Eᵀ (tied), logits = cap · tanh(z / cap)
+        Logits<T> out{r, c.vocab_size, std::vector<T>(static_cast<std::size_t>(r * c.vocab_size))};
+        linear<T>(ck_.weights.embed_tokens, {h.data(), H}, {out.values.data(), c.vocab_size}, r, *pool_);
+        kernels::softcap(out.values.data(), r * c.vocab_size, static_cast<T>(c.final_logit_softcapping));
+        tap(obs, -1, "lm_head", out.values.data(), r, c.vocab_size, c.vocab_size);
+        return out;
+    }
+
+    /// One sequence's next ids.
+    template <class Obs = NoObserver>
+    Logits<T> forward(std::span<const std::int32_t> ids, KVCache<T>& cache, SeqId seq, LogitsMode mode = LogitsMode::All,
+                      Obs&& obs = {}) const {
+        const SequenceChunk chunk{seq, ids};
+        return forward(std::span<const SequenceChunk>(&chunk, 1), cache, mode, std::forward<Obs>(obs));
+    }
+
+    /// The uncached forward pass of a whole sequence: logits at every position.
+    template <class Obs = NoObserver>
+    Logits<T> logits(std::span<const std::int32_t> ids, Obs&& obs = {}) const {
+        KVCache<T> cache = make_cache();
+        const SeqId s = cache.add_sequence();
+        return forward(ids, cache, s, LogitsMode::All, std::forward<Obs>(obs));
+    }
+
+private:
+    /// Validates the step and lays out its tokens; reserves cache pages.
+    StepTokens plan_step(std::span<const SequenceChunk> batch, KVCache<T>& cache) const {
+        const Gemma4Config& c = ck_.config;
+        if (batch.empty()) throw InvalidArgument("forward: empty batch");
+        std::set<SeqId> seen;
+        StepTokens tokens;
+        for (const SequenceChunk& chunk : batch) {
+            if (chunk.ids.empty()) throw InvalidArgument("forward: empty id list for sequence " + std::to_string(chunk.seq));
+            if (!seen.insert(chunk.seq).second)
+                throw InvalidArgument("forward: sequence " + std::to_string(chunk.seq) + " appears twice in one step");
+            for (std::size_t j = 0; j < chunk.ids.size(); ++j)
+                if (chunk.ids[j] < 0 || chunk.ids[j] >= c.vocab_size)
+                    throw InvalidArgument("token id " + std::to_string(chunk.ids[j]) + " at index " + std::to_string(j) +
+                                          " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+        }
+        for (const SequenceChunk& chunk : batch) {
+            const std::int64_t start = cache.length(chunk.seq);
+            cache.reserve(chunk.seq, static_cast<std::int64_t>(chunk.ids.size()));
+            for (std::size_t j = 0; j < chunk.ids.size(); ++j) {
+                tokens.seq.push_back(chunk.seq);
+                tokens.pos.push_back(start + static_cast<std::int64_t>(j));
+            }
+        }
+        return tokens;
+    }
+
+    Checkpoint ck_;
+    std::unique_ptr<ThreadPool> pool_;
+    std::vector<Layer> layers_;
+    RMSNorm<T> final_norm_;
+    T embed_scale_{};
+};
+
+/// The standard Gemma 4 decoder.
+template <class T>
+using Model = BasicModel<T>;
+
+}  // namespace gemma4

@@ -1,0 +1,144 @@
+// Writes a checkpoint of any shape with random weights, in the official layout (config.json,
+// one model.safetensors or shards with model.safetensors.index.json), walking the same tensor
+// table the loader uses. For tests, benchmarks and the no-download demo.
+#pragma once
+
+#include <gemma4/config.hpp>
+#include <gemma4/io/config_json.hpp>
+#include <gemma4/io/safetensors_writer.hpp>
+#include <gemma4/model/tensor_table.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace gemma4 {
+
+struct RandomCheckpointOptions {
+    std::uint64_t seed = 1;
+    DType dtype = DType::BF16;
+    int shards = 1;               ///< > 1: model-0000k-of-0000n.safetensors + index
+    bool text_only_layout = false;  ///< "model." prefix and no multimodal tensors
+};
+
+namespace detail {
+
+/// splitmix64: a small, fully specified generator, so checkpoints are identical everywhere.
+struct SplitMix64 {
+    std::uint64_t state;
+    std::uint64_t next() {
+        std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+    double symmetric() { return 2.0 * uniform() - 1.0; }                        // [-1, 1)
+};
+
+/// Values for one tensor: matrices ~ U(±√3/√fan_in) (unit variance outputs), norm weights
+/// around 1, layer scalars in [0.5, 1.5], embeddings ~ U(±√3) · 0.05.
+inline std::vector<double> random_values(const TensorSpec& spec, SplitMix64& rng) {
+    std::int64_t n = 1;
+    for (auto d : spec.shape) n *= d;
+    std::vector<double> v(static_cast<std::size_t>(n));
+    const std::string& name = spec.name();
+    auto ends_with = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+    if (ends_with("layer_scalar")) {
+        for (auto& x : v) x = 0.5 + rng.uniform();
+    } else if (spec.shape.size() == 1 && ends_with(".bias")) {
+        for (auto& x : v) x = 0.1 * rng.symmetric();
+    } else if (spec.shape.size() == 1) {
+        for (auto& x : v) x = 1.0 + 0.25 * rng.symmetric();
+    } else if (ends_with("embed_tokens.weight")) {
+        for (auto& x : v) x = 0.05 * std::sqrt(3.0) * rng.symmetric();
+    } else {
+        const double fan_in = static_cast<double>(spec.shape.back());
+        const double a = std::sqrt(3.0 / fan_in);
+        for (auto& x : v) x = a * rng.symmetric();
+    }
+    return v;
+}
+
+}  // namespace detail
+
+inline void write_random_checkpoint(const std::filesystem::path& dir, Gemma4Config config, RandomCheckpointOptions o = {}) {
+    if (o.shards < 1) throw InvalidArgument("write_random_checkpoint: shards must be >= 1");
+    if (o.text_only_layout) config.has_vision = config.has_audio = false;
+    std::filesystem::create_directories(dir);
+    {
+        nlohmann::json j = config_to_json(config);
+        if (o.text_only_layout) {  // a plain text config, as saved by a text-only conversion
+            nlohmann::json t = j["text_config"];
+            t["architectures"] = {"Gemma4UnifiedForCausalLM"};
+            j = t;
+        }
+        std::ofstream(dir / "config.json") << j.dump(2) << "\n";
+    }
+    ModelWeights unused;
+    const auto table = tensor_table(config, o.text_only_layout ? "model." : "model.language_model.", unused);
+    detail::SplitMix64 rng{o.seed};
+    std::vector<std::vector<TensorBlob>> shards(static_cast<std::size_t>(o.shards));
+    for (std::size_t i = 0; i < table.size(); ++i) {
+        const TensorSpec& spec = table[i];
+        TensorBlob blob{spec.name(), o.dtype, spec.shape, encode_values(detail::random_values(spec, rng), o.dtype)};
+        shards[i * shards.size() / table.size()].push_back(std::move(blob));
+    }
+    if (o.shards == 1) {
+        write_safetensors(dir / "model.safetensors", shards[0], {{"format", "pt"}});
+        return;
+    }
+    nlohmann::json index{{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+    std::size_t total = 0;
+    for (std::size_t s = 0; s < shards.size(); ++s) {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+        write_safetensors(dir / name, shards[s], {{"format", "pt"}});
+        for (const TensorBlob& b : shards[s]) {
+            index["weight_map"][b.name] = name;
+            total += b.bytes.size();
+        }
+    }
+    index["metadata"]["total_size"] = total;
+    std::ofstream(dir / "model.safetensors.index.json") << index.dump(2) << "\n";
+}
+
+/// A small configuration with the 12B's structure (both layer kinds, k_eq_v, proportional RoPE,
+/// a window shorter than test sequences) for tests and the demo.
+inline Gemma4Config tiny_config() {
+    Gemma4Config c{};
+    c.vocab_size = 512;
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.num_hidden_layers = 6;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.global_head_dim = 32;
+    c.num_global_key_value_heads = 1;
+    c.sliding_window = 8;
+    c.max_position_embeddings = 4096;
+    c.layer_types = Gemma4Config::default_layer_types(c.num_hidden_layers);
+    c.layer_types[2] = AttentionKind::Full;  // full layers at 2 and 5
+    c.vision.patch_size = 4;
+    c.vision.pooling_kernel_size = 2;
+    c.vision.mm_posemb_size = 16;
+    c.audio.audio_embed_dim = 32;
+    c.tokens.eos = {1, 106};
+    c.tokens.eos_count = 2;
+    c.tokens.image = 300;
+    c.tokens.audio = 301;
+    c.tokens.video = 302;
+    c.tokens.boi = 303;
+    c.tokens.eoi = 304;
+    c.tokens.boa = 305;
+    c.tokens.eoa = 306;
+    return c;
+}
+
+}  // namespace gemma4
