@@ -1,0 +1,335 @@
+// Token sampling from one step's logits: penalties, suppressed ids, temperature, top-k, top-p,
+// min-p, then a draw from a seeded generator whose output is fixed by this header alone, so a
+// seed reproduces the same tokens on every platform and standard library.
+//
+// The order of operations follows the Hugging Face logits processors and warpers:
+// repetition penalty → presence/frequency penalty → suppress_tokens → temperature → top-k →
+// top-p → min-p → draw.
+#pragma once
+
+#include <gemma4/error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace gemma4 {
+
+/// How to pick the next token. Every field's neutral value switches that step off.
+struct SamplingParams {
+    double temperature = 1.0;         ///< 0 = greedy argmax (lowest id among equal maxima)
+    std::int32_t top_k = 0;           ///< keep exactly the k most likely (lower ids win ties); 0 = off
+    double top_p = 1.0;               ///< keep the smallest set with probability mass >= p; 1 = off
+    double min_p = 0.0;               ///< drop tokens less likely than min_p × the best; 0 = off
+    double repetition_penalty = 1.0;  ///< HF: positive logits ÷, negative ×, over prompt + generated
+    double presence_penalty = 0.0;    ///< OpenAI: minus this once for every generated token id
+    double frequency_penalty = 0.0;   ///< OpenAI: minus this × how often the id was generated
+    std::uint64_t seed = 0;
+    std::vector<std::int32_t> suppress_tokens{};  ///< never sampled (logit set to -inf)
+};
+
+namespace detail {
+
+/// xoshiro256** seeded through splitmix64: small, fast and fully specified, unlike the
+/// standard distributions whose output differs between library implementations.
+class Xoshiro256 {
+public:
+    explicit Xoshiro256(std::uint64_t seed) { reseed(seed); }
+
+    void reseed(std::uint64_t seed) {
+        for (auto& word : state_) word = splitmix64(seed);
+    }
+
+    std::uint64_t next() {
+        const std::uint64_t result = rotl(state_[1] * 5, 7) * 9;
+        const std::uint64_t t = state_[1] << 17;
+        state_[2] ^= state_[0];
+        state_[3] ^= state_[1];
+        state_[1] ^= state_[2];
+        state_[0] ^= state_[3];
+        state_[2] ^= t;
+        state_[3] = rotl(state_[3], 45);
+        return result;
+    }
+
+    /// Uniform in [0, 1) with 53 random bits, exactly representable as a double.
+    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+private:
+    static std::uint64_t splitmix64(std::uint64_t& x) {
+        std::uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+    std::uint64_t state_[4]{};
+};
+
+/// The token ids the penalties look at: every id of the prompt and of the reply so far (for the
+/// repetition penalty) and how often each id was generated (for presence/frequency).
+struct TokenHistory {
+    std::unordered_set<std::int32_t> seen;
+    std::unordered_map<std::int32_t, std::int32_t> generated_counts;
+
+    void clear() {
+        seen.clear();
+        generated_counts.clear();
+    }
+};
+
+inline void check_token_id(std::int32_t id, std::size_t vocab, const char* what) {
+    if (id < 0 || static_cast<std::size_t>(id) >= vocab)
+        throw InvalidArgument(std::string("Sampler: ") + what + " token id " + std::to_string(id) +
+                              " is outside the vocabulary of " + std::to_string(vocab) + " logits");
+}
+
+/// Applies the repetition, presence and frequency penalties to `scores` in place. Ids beyond
+/// the vocabulary are an error: they mean the history belongs to another model.
+inline void apply_penalties(std::span<float> scores, const SamplingParams& params,
+                            const TokenHistory& history) {
+    if (params.repetition_penalty != 1.0) {
+        const double penalty = params.repetition_penalty;
+        for (const std::int32_t id : history.seen) {
+            check_token_id(id, scores.size(), "seen");
+            float& s = scores[static_cast<std::size_t>(id)];
+            // Dividing a negative logit would raise it; HF multiplies so both signs move down.
+            s = static_cast<float>(s < 0 ? s * penalty : s / penalty);
+        }
+    }
+    if (params.presence_penalty != 0.0 || params.frequency_penalty != 0.0) {
+        for (const auto& [id, count] : history.generated_counts) {
+            check_token_id(id, scores.size(), "generated");
+            float& s = scores[static_cast<std::size_t>(id)];
+            s = static_cast<float>(s - params.presence_penalty - params.frequency_penalty * count);
+        }
+    }
+}
+
+/// Sets the logits of `suppress_tokens` to -inf. Ids beyond the vocabulary are skipped, as
+/// HF's SuppressTokensLogitsProcessor does, so a checkpoint's list also fits smaller test models.
+inline void apply_suppression(std::span<float> scores, std::span<const std::int32_t> suppress_tokens) {
+    for (const std::int32_t id : suppress_tokens)
+        if (id >= 0 && static_cast<std::size_t>(id) < scores.size())
+            scores[static_cast<std::size_t>(id)] = -std::numeric_limits<float>::infinity();
+}
+
+/// A token still in the running, with its unnormalised probability exp((score − max) / T).
+struct Candidate {
+    std::int32_t id;
+    float score;
+    double weight;
+};
+
+/// Most likely first; equal logits keep the lower id first so every cut is deterministic.
+inline bool more_likely(const Candidate& a, const Candidate& b) {
+    return a.score != b.score ? a.score > b.score : a.id < b.id;
+}
+
+/// Index of the largest score, the lowest such id on ties. Throws on NaN or +inf (a broken
+/// forward pass) and when every score is -inf (nothing left to sample).
+inline std::size_t argmax_checked(std::span<const float> scores) {
+    if (scores.empty()) throw InvalidArgument("Sampler: logits are empty");
+    std::size_t best = 0;
+    float best_score = -std::numeric_limits<float>::infinity();
+    for (std::size_t i = 0; i < scores.size(); ++i) {
+        const float s = scores[i];
+        if (std::isnan(s) || s == std::numeric_limits<float>::infinity())
+            throw InvalidArgument("Sampler: logit of token " + std::to_string(i) + " is " +
+                                  (std::isnan(s) ? "NaN" : "+inf"));
+        if (s > best_score) {  // strict: the first (lowest) id of equal maxima stays
+            best = i;
+            best_score = s;
+        }
+    }
+    if (best_score == -std::numeric_limits<float>::infinity())
+        throw InvalidArgument("Sampler: every token is suppressed or has logit -inf; nothing to sample");
+    return best;
+}
+
+/// The candidates that survive temperature, top-k, top-p and min-p, with their weights.
+/// Requires temperature > 0. When top_p or top_k is on, `out` is ordered most likely first.
+inline void filter_candidates(std::span<const float> scores, const SamplingParams& params,
+                              std::vector<Candidate>& out) {
+    const std::size_t best = argmax_checked(scores);
+    const float max_score = scores[best];
+    // Divide rather than multiply by 1/T: for a subnormal T the reciprocal overflows and the
+    // best token's weight would become 0 × inf = NaN.
+    const double temperature = params.temperature;
+    const auto weight_of = [&](float s) {
+        return std::exp((static_cast<double>(s) - max_score) / temperature);
+    };
+    const std::size_t vocab = scores.size();
+
+    out.clear();
+    const bool top_k_on = params.top_k > 0 && static_cast<std::size_t>(params.top_k) < vocab;
+    if (top_k_on) {
+        // A min-heap of the k best seen so far: most tokens fail the single comparison with its
+        // root, so this is one pass over the vocabulary with no index buffer and no sort of it.
+        const auto k = static_cast<std::size_t>(params.top_k);
+        out.reserve(k);
+        for (std::size_t i = 0; i < vocab; ++i) {
+            const float s = scores[i];
+            if (s == -std::numeric_limits<float>::infinity()) continue;
+            if (out.size() < k) {
+                out.push_back({static_cast<std::int32_t>(i), s, 0.0});
+                std::push_heap(out.begin(), out.end(), more_likely);
+            } else if (s > out.front().score) {  // ids ascend, so an equal score never wins
+                std::pop_heap(out.begin(), out.end(), more_likely);
+                out.back() = {static_cast<std::int32_t>(i), s, 0.0};
+                std::push_heap(out.begin(), out.end(), more_likely);
+            }
+        }
+        std::sort(out.begin(), out.end(), more_likely);
+        for (auto& c : out) c.weight = weight_of(c.score);
+    } else {
+        out.reserve(vocab);
+        for (std::size_t i = 0; i < vocab; ++i) {
+            const float s = scores[i];
+            if (s == -std::numeric_limits<float>::infinity()) continue;
+            out.push_back({static_cast<std::int32_t>(i), s, weight_of(s)});
+        }
+    }
+    // Weights that underflow to 0 can never be drawn; dropping them keeps the lists short.
+    out.erase(std::remove_if(out.begin(), out.end(), [](const Candidate& c) { return c.weight <= 0.0; }),
+              out.end());
+
+    if (params.top_p < 1.0) {
+        double total = 0.0;
+        for (const auto& c : out) total += c.weight;
+        const double target = params.top_p * total;
+        // Sort only as far as the nucleus reaches: grow a sorted prefix by nth_element chunks.
+        std::size_t sorted = top_k_on ? out.size() : 0;
+        std::size_t chunk = 1024;
+        double mass = 0.0;
+        std::size_t keep = out.size();
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            if (i == sorted) {
+                const std::size_t end = std::min(out.size(), sorted + chunk);
+                std::nth_element(out.begin() + static_cast<std::ptrdiff_t>(sorted),
+                                 out.begin() + static_cast<std::ptrdiff_t>(end - 1), out.end(), more_likely);
+                std::sort(out.begin() + static_cast<std::ptrdiff_t>(sorted),
+                          out.begin() + static_cast<std::ptrdiff_t>(end), more_likely);
+                sorted = end;
+                chunk *= 4;
+            }
+            mass += out[i].weight;
+            if (mass >= target) {
+                keep = i + 1;
+                break;
+            }
+        }
+        out.resize(keep);
+    }
+
+    if (params.min_p > 0.0) {
+        // The best token has weight exp(0) = 1, so min_p × p_best is min_p in weight units.
+        out.erase(std::remove_if(out.begin(), out.end(),
+                                 [&](const Candidate& c) { return c.weight < params.min_p; }),
+                  out.end());
+    }
+}
+
+inline void validate(const SamplingParams& p) {
+    const auto fail = [](const char* name, double value, const char* rule) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", value);
+        throw InvalidArgument(std::string("SamplingParams: ") + name + " = " + text + " " + rule);
+    };
+    if (!(p.temperature >= 0.0) || std::isinf(p.temperature))
+        fail("temperature", p.temperature, "must be finite and >= 0");
+    if (p.top_k < 0) fail("top_k", p.top_k, "must be >= 0");
+    if (!(p.top_p > 0.0 && p.top_p <= 1.0)) fail("top_p", p.top_p, "must be in (0, 1]");
+    if (!(p.min_p >= 0.0 && p.min_p <= 1.0)) fail("min_p", p.min_p, "must be in [0, 1]");
+    if (!(p.repetition_penalty > 0.0) || std::isinf(p.repetition_penalty))
+        fail("repetition_penalty", p.repetition_penalty, "must be finite and > 0");
+    if (!std::isfinite(p.presence_penalty)) fail("presence_penalty", p.presence_penalty, "must be finite");
+    if (!std::isfinite(p.frequency_penalty)) fail("frequency_penalty", p.frequency_penalty, "must be finite");
+    for (const std::int32_t id : p.suppress_tokens)
+        if (id < 0) fail("suppress_tokens", id, "contains a negative token id");
+}
+
+}  // namespace detail
+
+/// Picks tokens from logits according to SamplingParams. One Sampler follows one generation:
+/// give it the prompt (set_prompt), sample, and accept() each token that is kept.
+class Sampler {
+public:
+    explicit Sampler(SamplingParams params = {}) : params_(std::move(params)), rng_(params_.seed) {
+        detail::validate(params_);
+    }
+
+    const SamplingParams& params() const { return params_; }
+
+    /// The context the reply continues; replaces any earlier prompt and forgets generated ids.
+    void set_prompt(std::span<const std::int32_t> prompt_ids) {
+        history_.clear();
+        for (const std::int32_t id : prompt_ids) {
+            check_non_negative(id);
+            history_.seen.insert(id);
+        }
+    }
+
+    /// Records a token that became part of the reply.
+    void accept(std::int32_t id) {
+        check_non_negative(id);
+        history_.seen.insert(id);
+        ++history_.generated_counts[id];
+    }
+
+    /// Forgets prompt and reply and restarts the random sequence from the seed.
+    void reset() {
+        history_.clear();
+        rng_.reseed(params_.seed);
+    }
+
+    /// The next token for these logits (one per vocabulary entry). Does not accept() it.
+    std::int32_t sample(std::span<const float> logits) {
+        std::span<const float> scores = logits;
+        if (needs_transform()) {
+            transformed_.assign(logits.begin(), logits.end());
+            detail::apply_penalties(transformed_, params_, history_);
+            detail::apply_suppression(transformed_, params_.suppress_tokens);
+            scores = transformed_;
+        }
+        if (params_.temperature == 0.0) return static_cast<std::int32_t>(detail::argmax_checked(scores));
+
+        detail::filter_candidates(scores, params_, candidates_);
+        double total = 0.0;
+        for (const auto& c : candidates_) total += c.weight;
+        const double u = rng_.uniform() * total;
+        double cumulative = 0.0;
+        for (const auto& c : candidates_) {
+            cumulative += c.weight;
+            if (u < cumulative) return c.id;
+        }
+        return candidates_.back().id;  // u rounded up to the total: the last token is the fair pick
+    }
+
+private:
+    bool needs_transform() const {
+        return params_.repetition_penalty != 1.0 || params_.presence_penalty != 0.0 ||
+               params_.frequency_penalty != 0.0 || !params_.suppress_tokens.empty();
+    }
+    static void check_non_negative(std::int32_t id) {
+        if (id < 0) throw InvalidArgument("Sampler: token id " + std::to_string(id) + " is negative");
+    }
+
+    SamplingParams params_;
+    detail::Xoshiro256 rng_;
+    detail::TokenHistory history_;
+    std::vector<float> transformed_;
+    std::vector<detail::Candidate> candidates_;
+};
+
+}  // namespace gemma4

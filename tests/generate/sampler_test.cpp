@@ -1,0 +1,381 @@
+#include <gemma4/generate/sampler.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <vector>
+
+using gemma4::InvalidArgument;
+using gemma4::Sampler;
+using gemma4::SamplingParams;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+/// Logits drawn from the library's own generator so the test data is the same everywhere.
+std::vector<float> random_logits(std::size_t n, std::uint64_t seed, double scale = 4.0) {
+    gemma4::detail::Xoshiro256 rng(seed);
+    std::vector<float> logits(n);
+    for (auto& x : logits) x = static_cast<float>((rng.uniform() * 2.0 - 1.0) * scale);
+    return logits;
+}
+
+std::vector<double> softmax(const std::vector<float>& logits, double temperature = 1.0) {
+    const double max = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> p(logits.size());
+    double total = 0.0;
+    for (std::size_t i = 0; i < logits.size(); ++i) total += p[i] = std::exp((logits[i] - max) / temperature);
+    for (auto& x : p) x /= total;
+    return p;
+}
+
+/// Ids ordered most likely first, lower id first among equal logits.
+std::vector<std::int32_t> ranked_ids(const std::vector<float>& logits) {
+    std::vector<std::int32_t> ids(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::stable_sort(ids.begin(), ids.end(),
+                     [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
+    return ids;
+}
+
+std::vector<std::int32_t> kept_ids(const std::vector<float>& logits, const SamplingParams& params) {
+    std::vector<gemma4::detail::Candidate> candidates;
+    gemma4::detail::filter_candidates(logits, params, candidates);
+    std::vector<std::int32_t> ids;
+    for (const auto& c : candidates) ids.push_back(c.id);
+    return ids;
+}
+
+std::vector<float> log_probs(const std::vector<double>& probs) {
+    std::vector<float> logits;
+    for (const double p : probs) logits.push_back(static_cast<float>(std::log(p)));
+    return logits;
+}
+
+}  // namespace
+
+TEST_CASE("the generator is xoshiro256** seeded by splitmix64", "[sampler]") {
+    gemma4::detail::Xoshiro256 zero(0);
+    CHECK(zero.next() == 0x99ec5f36cb75f2b4ull);
+    CHECK(zero.next() == 0xbf6e1f784956452aull);
+    CHECK(zero.next() == 0x1a5f849d4933e6e0ull);
+    gemma4::detail::Xoshiro256 forty_two(42);
+    CHECK(forty_two.next() == 0x15780b2e0c2ec716ull);
+    for (int i = 0; i < 1000; ++i) {
+        const double u = forty_two.uniform();
+        REQUIRE(u >= 0.0);
+        REQUIRE(u < 1.0);
+    }
+}
+
+TEST_CASE("temperature 0 is argmax with the lowest id on ties", "[sampler]") {
+    Sampler greedy({.temperature = 0.0});
+    const std::vector<float> logits{1.0f, 5.0f, 3.0f, 5.0f, -2.0f};
+    CHECK(greedy.sample(logits) == 1);
+    const std::vector<float> with_inf{kNegInf, kNegInf, 0.5f, 0.5f};
+    CHECK(greedy.sample(with_inf) == 2);
+    const std::vector<float> all_equal(100, -3.0f);
+    CHECK(greedy.sample(all_equal) == 0);
+
+    // A subnormal temperature is valid and behaves as greedy, without NaN weights.
+    const std::vector<float> unique_max{1.0f, 5.0f, 4.999f};
+    Sampler cold({.temperature = 1e-320, .seed = 5});
+    for (int i = 0; i < 20; ++i) REQUIRE(cold.sample(unique_max) == 1);
+    Sampler cold_nucleus({.temperature = 1e-320, .top_p = 0.5, .min_p = 0.5});
+    REQUIRE(cold_nucleus.sample(unique_max) == 1);
+
+    const auto big = random_logits(262144, 7);
+    const auto expected = std::max_element(big.begin(), big.end()) - big.begin();
+    CHECK(greedy.sample(big) == expected);
+}
+
+TEST_CASE("a seed reproduces the same tokens, reset() replays them", "[sampler]") {
+    const SamplingParams params{.temperature = 0.8, .top_k = 40, .top_p = 0.9, .seed = 1234};
+    Sampler a(params);
+    Sampler b(params);
+    Sampler other({.temperature = 0.8, .top_k = 40, .top_p = 0.9, .seed = 1235});
+    std::vector<std::int32_t> first;
+    bool differs = false;
+    for (std::uint64_t step = 0; step < 200; ++step) {
+        const auto logits = random_logits(500, step, 2.0);
+        const auto token = a.sample(logits);
+        REQUIRE(b.sample(logits) == token);
+        differs |= other.sample(logits) != token;
+        first.push_back(token);
+    }
+    CHECK(differs);
+    a.reset();
+    for (std::uint64_t step = 0; step < 200; ++step)
+        REQUIRE(a.sample(random_logits(500, step, 2.0)) == first[step]);
+}
+
+TEST_CASE("top-k never leaves the k most likely tokens", "[sampler]") {
+    const auto logits = random_logits(1000, 99);
+    const auto ranked = ranked_ids(logits);
+    const std::set<std::int32_t> top10(ranked.begin(), ranked.begin() + 10);
+    std::set<std::int32_t> drawn;
+    for (std::uint64_t seed = 0; seed < 200; ++seed) {
+        Sampler sampler({.temperature = 2.0, .top_k = 10, .seed = seed});
+        for (int i = 0; i < 20; ++i) {
+            const auto token = sampler.sample(logits);
+            REQUIRE(top10.count(token) == 1);
+            drawn.insert(token);
+        }
+    }
+    CHECK(drawn.size() == 10);  // at temperature 2 every one of the ten shows up
+
+    SECTION("exactly k candidates, ties broken by the lower id") {
+        const std::vector<float> tied{1.0f, 3.0f, 2.0f, 3.0f, 2.0f, 2.0f, kNegInf};
+        CHECK(kept_ids(tied, {.top_k = 3}) == std::vector<std::int32_t>{1, 3, 2});
+        CHECK(kept_ids(tied, {.top_k = 1}) == std::vector<std::int32_t>{1});
+        CHECK(kept_ids(tied, {.top_k = 6}) == std::vector<std::int32_t>{1, 3, 2, 4, 5, 0});
+        CHECK(kept_ids(tied, {.top_k = 7}).size() == 6);  // -inf is never a candidate
+    }
+}
+
+TEST_CASE("top-p keeps the smallest most-likely set with mass >= p", "[sampler]") {
+    const auto logits = log_probs({0.1, 0.4, 0.2, 0.3});
+    CHECK(kept_ids(logits, {.top_p = 0.35}) == std::vector<std::int32_t>{1});
+    CHECK(kept_ids(logits, {.top_p = 0.5}) == std::vector<std::int32_t>{1, 3});
+    CHECK(kept_ids(logits, {.top_p = 0.75}) == std::vector<std::int32_t>{1, 3, 2});
+    CHECK(kept_ids(logits, {.top_p = 0.95}) == std::vector<std::int32_t>{1, 3, 2, 0});
+
+    SECTION("with top-k, the nucleus is taken within the k renormalised") {
+        // Within the top 2 (0.4, 0.3) the probabilities are 4/7 and 3/7.
+        CHECK(kept_ids(logits, {.top_k = 2, .top_p = 0.55}) == std::vector<std::int32_t>{1});
+        CHECK(kept_ids(logits, {.top_k = 2, .top_p = 0.6}) == std::vector<std::int32_t>{1, 3});
+    }
+
+    SECTION("temperature is applied before the nucleus") {
+        // At T = 0.5 the probabilities become proportional to 0.01, 0.16, 0.04, 0.09.
+        CHECK(kept_ids(logits, {.temperature = 0.5, .top_p = 0.5}) == std::vector<std::int32_t>{1});
+        CHECK(kept_ids(logits, {.temperature = 0.5, .top_p = 0.6}) == std::vector<std::int32_t>{1, 3});
+    }
+
+    SECTION("property over large vocabularies, past several sort chunks") {
+        for (std::uint64_t seed = 0; seed < 20; ++seed) {
+            const auto vocab = 3000 + 977 * seed;
+            const auto flat = random_logits(vocab, seed, 0.5 + 0.25 * static_cast<double>(seed));
+            const double p = 0.05 + 0.045 * static_cast<double>(seed);
+            const double temperature = 0.7 + 0.05 * static_cast<double>(seed);
+            const auto kept = kept_ids(flat, {.temperature = temperature, .top_p = p});
+            const auto probs = softmax(flat, temperature);
+            const auto ranked = ranked_ids(flat);
+            REQUIRE(std::equal(kept.begin(), kept.end(), ranked.begin()));
+            double mass = 0.0;
+            for (const auto id : kept) mass += probs[id];
+            CHECK(mass >= p - 1e-12);
+            CHECK(mass - probs[kept.back()] < p + 1e-12);
+        }
+    }
+}
+
+TEST_CASE("min-p drops tokens below min_p times the best probability", "[sampler]") {
+    const auto logits = log_probs({0.05, 0.5, 0.15, 0.3});
+    CHECK(kept_ids(logits, {.min_p = 0.25}) == std::vector<std::int32_t>{1, 2, 3});  // >= 0.125
+    CHECK(kept_ids(logits, {.min_p = 0.7}) == std::vector<std::int32_t>{1});
+    CHECK(kept_ids(logits, {.min_p = 1.0}) == std::vector<std::int32_t>{1});
+    CHECK(kept_ids(logits, {.min_p = 0.05}).size() == 4);
+    // After top-p the survivors are ranked; min-p then cuts the tail.
+    CHECK(kept_ids(logits, {.top_p = 0.9, .min_p = 0.35}) == std::vector<std::int32_t>{1, 3});
+    // Temperature sharpens before min-p: at T = 0.5, 0.3 becomes 0.09/0.25 = 0.36 of the best.
+    CHECK(kept_ids(logits, {.temperature = 0.5, .min_p = 0.4}) == std::vector<std::int32_t>{1});
+    CHECK(kept_ids(logits, {.temperature = 0.5, .min_p = 0.35}) == std::vector<std::int32_t>{1, 3});
+
+    for (std::uint64_t seed = 0; seed < 100; ++seed) {
+        Sampler sampler({.min_p = 0.25, .seed = seed});
+        const auto token = sampler.sample(logits);
+        REQUIRE(token != 0);
+    }
+}
+
+TEST_CASE("penalties change exactly the logits they should", "[sampler]") {
+    const std::vector<float> original{2.0f, -2.0f, 3.0f, -1.0f, 0.5f, 4.0f};
+    gemma4::detail::TokenHistory history;
+    history.seen = {0, 1, 2};  // prompt 0, 1; generated 2 (three times)
+    history.generated_counts = {{2, 3}};
+
+    SECTION("repetition penalty: positive divided, negative multiplied, prompt and reply alike") {
+        auto scores = original;
+        gemma4::detail::apply_penalties(scores, {.repetition_penalty = 2.0}, history);
+        CHECK(scores == std::vector<float>{1.0f, -4.0f, 1.5f, -1.0f, 0.5f, 4.0f});
+    }
+    SECTION("presence and frequency: generated tokens only, frequency scaled by count") {
+        auto scores = original;
+        gemma4::detail::apply_penalties(scores, {.presence_penalty = 0.5, .frequency_penalty = 0.25},
+                                        history);
+        CHECK(scores == std::vector<float>{2.0f, -2.0f, 1.75f, -1.0f, 0.5f, 4.0f});
+    }
+    SECTION("repetition first, then presence/frequency") {
+        auto scores = original;
+        gemma4::detail::apply_penalties(scores, {.repetition_penalty = 2.0, .presence_penalty = 1.0},
+                                        history);
+        CHECK(scores == std::vector<float>{1.0f, -4.0f, 0.5f, -1.0f, 0.5f, 4.0f});
+    }
+    SECTION("neutral values leave every logit alone") {
+        auto scores = original;
+        gemma4::detail::apply_penalties(scores, {}, history);
+        CHECK(scores == original);
+    }
+    SECTION("suppression sets -inf and skips ids past the vocabulary") {
+        auto scores = original;
+        const std::vector<std::int32_t> suppress{5, 1, 258883};
+        gemma4::detail::apply_suppression(scores, suppress);
+        CHECK(scores == std::vector<float>{2.0f, kNegInf, 3.0f, -1.0f, 0.5f, kNegInf});
+    }
+    SECTION("a history id outside the vocabulary is an error") {
+        history.seen.insert(6);
+        auto scores = original;
+        REQUIRE_THROWS_AS(gemma4::detail::apply_penalties(scores, {.repetition_penalty = 1.5}, history),
+                          InvalidArgument);
+        REQUIRE_THROWS_WITH(gemma4::detail::apply_penalties(scores, {.repetition_penalty = 1.5}, history),
+                            Catch::Contains("token id 6 is outside the vocabulary of 6 logits"));
+    }
+}
+
+TEST_CASE("the sampler applies penalties to the history it was given", "[sampler]") {
+    const std::vector<float> logits{1.0f, 0.9f, -5.0f};
+    const std::vector<std::int32_t> prompt{0};
+
+    SECTION("presence penalty ignores the prompt") {
+        Sampler sampler({.temperature = 0.0, .presence_penalty = 0.5});
+        sampler.set_prompt(prompt);
+        CHECK(sampler.sample(logits) == 0);
+        sampler.accept(0);
+        CHECK(sampler.sample(logits) == 1);  // 1.0 - 0.5 < 0.9
+        sampler.reset();
+        CHECK(sampler.sample(logits) == 0);
+    }
+    SECTION("repetition penalty counts the prompt") {
+        Sampler sampler({.temperature = 0.0, .repetition_penalty = 1.2});
+        CHECK(sampler.sample(logits) == 0);
+        sampler.set_prompt(prompt);
+        CHECK(sampler.sample(logits) == 1);  // 1.0 / 1.2 < 0.9
+    }
+    SECTION("set_prompt forgets the previous reply") {
+        Sampler sampler({.temperature = 0.0, .frequency_penalty = 1.0});
+        sampler.accept(0);
+        CHECK(sampler.sample(logits) == 1);
+        sampler.set_prompt(prompt);
+        CHECK(sampler.sample(logits) == 0);
+    }
+}
+
+TEST_CASE("suppressed tokens are never sampled", "[sampler]") {
+    std::vector<float> logits = random_logits(300, 5);
+    logits[17] = 20.0f;  // would win almost every draw
+    Sampler sampler({.seed = 3, .suppress_tokens = {17, 4, 1000000}});
+    for (int i = 0; i < 2000; ++i) {
+        const auto token = sampler.sample(logits);
+        REQUIRE(token != 17);
+        REQUIRE(token != 4);
+    }
+    Sampler greedy({.temperature = 0.0, .suppress_tokens = {17}});
+    const auto ranked = ranked_ids(logits);
+    CHECK(greedy.sample(logits) == ranked[1]);
+
+    Sampler everything({.suppress_tokens = {0, 1}});
+    const std::vector<float> two{1.0f, 2.0f};
+    REQUIRE_THROWS_AS(everything.sample(two), InvalidArgument);
+    REQUIRE_THROWS_WITH(everything.sample(two), Catch::Contains("every token is suppressed"));
+}
+
+TEST_CASE("sampling frequencies match the softmax probabilities", "[sampler]") {
+    const std::vector<float> logits{0.0f, 1.0f, 2.0f, 0.5f, -1.0f, 1.5f};
+    constexpr int kDraws = 200000;
+    const auto check_frequencies = [&](const SamplingParams& params, const std::vector<double>& expected) {
+        Sampler sampler(params);
+        std::vector<int> counts(logits.size(), 0);
+        for (int i = 0; i < kDraws; ++i) ++counts[sampler.sample(logits)];
+        for (std::size_t id = 0; id < logits.size(); ++id) {
+            const double p = expected[id];
+            const double frequency = static_cast<double>(counts[id]) / kDraws;
+            // Five standard deviations of a binomial proportion: a false alarm is ~1e-6 per id.
+            const double bound = 5.0 * std::sqrt(p * (1.0 - p) / kDraws) + 1e-9;
+            INFO("id " << id << " expected " << p << " got " << frequency);
+            CHECK(std::abs(frequency - p) <= bound);
+        }
+    };
+    SECTION("temperature 1") {
+        check_frequencies({.seed = 11}, softmax(logits));
+    }
+    SECTION("temperature 0.6") {
+        check_frequencies({.temperature = 0.6, .seed = 12}, softmax(logits, 0.6));
+    }
+    SECTION("top-k 3 renormalises over the three best") {
+        auto p = softmax(logits);
+        const double kept = p[2] + p[5] + p[1];
+        for (std::size_t id = 0; id < p.size(); ++id)
+            p[id] = (id == 1 || id == 2 || id == 5) ? p[id] / kept : 0.0;
+        check_frequencies({.top_k = 3, .seed = 13}, p);
+    }
+}
+
+TEST_CASE("a full-size vocabulary with the checkpoint's defaults", "[sampler]") {
+    const auto logits = random_logits(262144, 2024, 8.0);
+    const auto ranked = ranked_ids(logits);
+    const std::set<std::int32_t> top64(ranked.begin(), ranked.begin() + 64);
+    Sampler sampler(
+        {.temperature = 1.0, .top_k = 64, .top_p = 0.95, .seed = 1, .suppress_tokens = {258883, 258882}});
+    for (int i = 0; i < 200; ++i) REQUIRE(top64.count(sampler.sample(logits)) == 1);
+    Sampler nucleus({.top_p = 0.5, .seed = 2});
+    for (int i = 0; i < 5; ++i) REQUIRE(nucleus.sample(logits) >= 0);
+}
+
+TEST_CASE("invalid sampling parameters name the parameter", "[sampler]") {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const auto rejects = [](const SamplingParams& params, const char* message) {
+        INFO(message);
+        REQUIRE_THROWS_AS(Sampler(params), InvalidArgument);
+        REQUIRE_THROWS_WITH(Sampler(params), Catch::Contains(message));
+    };
+    rejects({.temperature = -0.1}, "temperature = -0.1 must be finite and >= 0");
+    rejects({.temperature = nan}, "temperature = nan");
+    rejects({.temperature = std::numeric_limits<double>::infinity()}, "temperature = inf");
+    rejects({.top_k = -1}, "top_k = -1 must be >= 0");
+    rejects({.top_p = 0.0}, "top_p = 0 must be in (0, 1]");
+    rejects({.top_p = 1.5}, "top_p = 1.5 must be in (0, 1]");
+    rejects({.top_p = nan}, "top_p = nan");
+    rejects({.min_p = -0.5}, "min_p = -0.5 must be in [0, 1]");
+    rejects({.min_p = nan}, "min_p = nan");
+    rejects({.repetition_penalty = 0.0}, "repetition_penalty = 0 must be finite and > 0");
+    rejects({.repetition_penalty = nan}, "repetition_penalty = nan");
+    rejects({.presence_penalty = nan}, "presence_penalty = nan must be finite");
+    rejects({.frequency_penalty = -std::numeric_limits<double>::infinity()},
+            "frequency_penalty = -inf must be finite");
+    rejects({.suppress_tokens = {3, -2}}, "suppress_tokens = -2 contains a negative token id");
+}
+
+TEST_CASE("bad logits and token ids are rejected", "[sampler]") {
+    Sampler sampler;
+    const std::vector<float> empty;
+    REQUIRE_THROWS_AS(sampler.sample(empty), InvalidArgument);
+    REQUIRE_THROWS_WITH(sampler.sample(empty), Catch::Contains("logits are empty"));
+
+    const std::vector<float> with_nan{0.0f, std::numeric_limits<float>::quiet_NaN(), 1.0f};
+    REQUIRE_THROWS_AS(sampler.sample(with_nan), InvalidArgument);
+    REQUIRE_THROWS_WITH(sampler.sample(with_nan), Catch::Contains("logit of token 1 is NaN"));
+    Sampler greedy({.temperature = 0.0});
+    const std::vector<float> with_inf{0.0f, std::numeric_limits<float>::infinity()};
+    REQUIRE_THROWS_AS(greedy.sample(with_inf), InvalidArgument);
+    REQUIRE_THROWS_WITH(greedy.sample(with_inf), Catch::Contains("logit of token 1 is +inf"));
+
+    REQUIRE_THROWS_AS(sampler.accept(-1), InvalidArgument);
+    REQUIRE_THROWS_WITH(sampler.accept(-1), Catch::Contains("token id -1 is negative"));
+    const std::vector<std::int32_t> bad_prompt{2, -7};
+    REQUIRE_THROWS_AS(sampler.set_prompt(bad_prompt), InvalidArgument);
+    REQUIRE_THROWS_WITH(sampler.set_prompt(bad_prompt), Catch::Contains("token id -7 is negative"));
+
+    Sampler penalised({.repetition_penalty = 1.3});
+    penalised.accept(10);
+    const std::vector<float> small{0.0f, 1.0f};
+    REQUIRE_THROWS_AS(penalised.sample(small), InvalidArgument);
+    REQUIRE_THROWS_WITH(penalised.sample(small),
+                        Catch::Contains("token id 10 is outside the vocabulary of 2 logits"));
+}
