@@ -1,0 +1,61 @@
+// gemma4 generate: text (or ids) in, streamed text (or a JSON array of ids) out.
+#include "../generation_args.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+namespace {
+
+using namespace gemma4;
+
+template <class T>
+int generate(cli::Args& args, const std::filesystem::path& dir, std::optional<std::string> prompt, std::optional<std::string> prompt_ids,
+             bool print_ids, unsigned threads) {
+    const Model<T> model = Model<T>::load(dir, ModelOptions{threads}, LoadOptions{.multimodal = false});
+    GenerateOptions options = cli::read_generate_options(args, dir, model.config());
+    args.finish();
+    std::optional<Tokenizer> tokenizer;
+    if (prompt || !print_ids) tokenizer = cli::load_tokenizer_if_present(dir);
+    if (prompt && !tokenizer) throw IoError((dir / "tokenizer.json").string() + ": not found (use --prompt-ids without a tokenizer)");
+    Session<T> session(model, tokenizer ? &*tokenizer : nullptr);
+    if (!print_ids)
+        options.on_token = [](std::int32_t, std::string_view text) {
+            std::fwrite(text.data(), 1, text.size(), stdout);
+            std::fflush(stdout);
+            return true;
+        };
+    GenerationResult r;
+    if (prompt) {
+        r = session.generate(*prompt, options);
+    } else {
+        const auto ids = cli::parse_id_list(*prompt_ids, "generate: --prompt-ids");
+        r = session.generate(std::span<const std::int32_t>(ids), options);
+    }
+    if (print_ids) {
+        std::cout << nlohmann::json(r.ids).dump() << "\n";
+    } else {
+        if (!tokenizer) std::cout << nlohmann::json(r.ids).dump();
+        std::cout << "\n";
+    }
+    cli::print_stats(r);
+    return 0;
+}
+
+int run(cli::Args& args) {
+    const std::filesystem::path dir = args.require("model");
+    const auto prompt = args.get("prompt");
+    const auto prompt_ids = args.get("prompt-ids");
+    const bool print_ids = args.flag("print-ids");
+    const std::string precision = args.get("precision").value_or("f32");
+    const auto threads = args.number<unsigned>("threads", 0);
+    if (prompt.has_value() == prompt_ids.has_value()) throw InvalidArgument("generate: give exactly one of --prompt and --prompt-ids");
+    if (precision == "f32") return generate<float>(args, dir, prompt, prompt_ids, print_ids, threads);
+    if (precision == "f64") return generate<double>(args, dir, prompt, prompt_ids, print_ids, threads);
+    throw InvalidArgument("generate: --precision must be f32 or f64, got '" + precision + "'");
+}
+
+const cli::Command reg{"generate", "generate text from --prompt (or ids from --prompt-ids), streaming", run};
+
+}  // namespace

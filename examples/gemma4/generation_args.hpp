@@ -1,0 +1,54 @@
+// What `generate`, `chat` and `demo` share: loading a checkpoint directory with its tokenizer
+// and generation_config.json, and the sampling options.
+#pragma once
+
+#include "cli.hpp"
+
+#include <gemma4/generate/generation_config.hpp>
+#include <gemma4/generate/session.hpp>
+#include <gemma4/model/model.hpp>
+#include <gemma4/tokenizer/tokenizer.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+namespace gemma4::cli {
+
+/// Sampling from generation_config.json, then the command line on top.
+inline GenerateOptions read_generate_options(Args& args, const std::filesystem::path& model_dir, const Gemma4Config& config) {
+    const GenerationConfig gc = load_generation_config(model_dir);
+    GenerateOptions o;
+    o.sampling = apply_generation_config(gc, SamplingParams{.temperature = 0.0});
+    if (gc.max_new_tokens) o.max_new_tokens = *gc.max_new_tokens;
+    o.max_new_tokens = args.number<std::int64_t>("max-new-tokens", o.max_new_tokens);
+    o.sampling.temperature = args.number<double>("temperature", o.sampling.temperature);
+    o.sampling.top_k = args.number<std::int32_t>("top-k", o.sampling.top_k);
+    o.sampling.top_p = args.number<double>("top-p", o.sampling.top_p);
+    o.sampling.min_p = args.number<double>("min-p", o.sampling.min_p);
+    o.sampling.repetition_penalty = args.number<double>("repetition-penalty", o.sampling.repetition_penalty);
+    o.sampling.seed = args.number<std::uint64_t>("seed", o.sampling.seed);
+    if (o.max_new_tokens < 0) throw InvalidArgument(args.command() + ": --max-new-tokens must be >= 0");
+    Sampler check(o.sampling);  // validates the parameters before any model work
+    (void)check;
+    // End ids: config.json's and generation_config.json's.
+    for (std::size_t i = 0; i < config.tokens.eos_count; ++i) o.end_ids.push_back(config.tokens.eos[i]);
+    for (auto id : gc.eos_token_id)
+        if (std::find(o.end_ids.begin(), o.end_ids.end(), id) == o.end_ids.end()) o.end_ids.push_back(id);
+    for (const auto& s : args.get_all("stop")) o.stop_strings.push_back(s);
+    return o;
+}
+
+inline std::optional<Tokenizer> load_tokenizer_if_present(const std::filesystem::path& model_dir) {
+    if (!std::filesystem::exists(model_dir / "tokenizer.json")) return std::nullopt;
+    return Tokenizer::from_file(model_dir / "tokenizer.json");
+}
+
+inline void print_stats(const GenerationResult& r) {
+    std::fprintf(stderr, "\n[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s, first token after %.3f s; stopped: %s]\n",
+                 static_cast<long long>(r.stats.prompt_tokens), r.stats.prompt_tokens_per_s(),
+                 static_cast<long long>(r.stats.generated_tokens), r.stats.generation_tokens_per_s(), r.stats.time_to_first_token,
+                 std::string(finish_reason_name(r.finish)).c_str());
+}
+
+}  // namespace gemma4::cli

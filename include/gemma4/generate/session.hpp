@@ -1,0 +1,261 @@
+// Session: one conversation with the model. It keeps its KV cache between calls, so each call
+// prefills only the ids it has not seen; it samples, streams text pieces as they complete, and
+// stops on end tokens, stop ids, stop strings, max tokens or cancellation.
+#pragma once
+
+#include <gemma4/error.hpp>
+#include <gemma4/generate/chat.hpp>
+#include <gemma4/generate/sampler.hpp>
+#include <gemma4/generate/stop.hpp>
+#include <gemma4/model/model.hpp>
+#include <gemma4/tokenizer/streaming_decoder.hpp>
+#include <gemma4/tokenizer/tokenizer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gemma4 {
+
+enum class FinishReason : std::uint8_t { EndToken, StopId, StopString, MaxTokens, ContextFull, Cancelled };
+
+constexpr std::string_view finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::EndToken: return "end token";
+        case FinishReason::StopId: return "stop id";
+        case FinishReason::StopString: return "stop string";
+        case FinishReason::MaxTokens: return "max tokens";
+        case FinishReason::ContextFull: return "context full";
+        case FinishReason::Cancelled: return "cancelled";
+    }
+    return "?";
+}
+
+struct GenerationStats {
+    std::int64_t prompt_tokens = 0;     ///< ids prefilled by this call
+    std::int64_t generated_tokens = 0;  ///< ids sampled by this call
+    double prompt_seconds = 0;          ///< prefill time
+    double generation_seconds = 0;      ///< time spent after the first token
+    double time_to_first_token = 0;     ///< from the call to the first sampled id
+
+    double prompt_tokens_per_s() const { return prompt_seconds > 0 ? static_cast<double>(prompt_tokens) / prompt_seconds : 0; }
+    double generation_tokens_per_s() const {
+        return generation_seconds > 0 && generated_tokens > 1 ? static_cast<double>(generated_tokens - 1) / generation_seconds : 0;
+    }
+};
+
+struct GenerationResult {
+    std::vector<std::int32_t> ids;  ///< sampled ids, the end token or stop id included when reached
+    std::string text;               ///< their text, cut before a stop string
+    FinishReason finish = FinishReason::MaxTokens;
+    GenerationStats stats;
+};
+
+struct GenerateOptions {
+    std::int64_t max_new_tokens = 256;
+    SamplingParams sampling{};
+    std::vector<std::int32_t> end_ids{};    ///< empty: the model's eos ids (config.json)
+    std::vector<std::int32_t> stop_ids{};   ///< further ids that end generation
+    std::vector<std::string> stop_strings{};
+    /// Called for every sampled id with the text that became complete (may be empty). Return
+    /// false to stop (FinishReason::Cancelled).
+    std::function<bool(std::int32_t id, std::string_view text)> on_token{};
+    /// Checked before every step; set from any thread to cancel.
+    const std::atomic<bool>* cancel = nullptr;
+    /// Prefill feeds at most this many ids per forward step.
+    std::int64_t prefill_chunk = 512;
+};
+
+template <class T>
+class Session {
+public:
+    /// `tokenizer` may be null for id-only use; both must outlive the session.
+    explicit Session(const Model<T>& model, const Tokenizer* tokenizer = nullptr, KVCacheOptions cache = {})
+        : model_(&model), tokenizer_(tokenizer), cache_(model.make_cache(cache)), seq_(cache_.add_sequence()) {}
+
+    /// Feeds `prompt` after everything seen so far, then generates.
+    GenerationResult generate(std::span<const std::int32_t> prompt, const GenerateOptions& options) {
+        using clock = std::chrono::steady_clock;
+        const auto start = clock::now();
+        GenerationResult result;
+        std::vector<std::int32_t> feed = std::move(pending_);
+        pending_.clear();
+        feed.insert(feed.end(), prompt.begin(), prompt.end());
+        if (feed.empty()) throw InvalidArgument("generate: empty prompt");
+        if (options.max_new_tokens < 0) throw InvalidArgument("generate: max_new_tokens must be >= 0");
+        const std::int64_t limit = model_->config().max_position_embeddings;
+        if (cache_.length(seq_) + static_cast<std::int64_t>(feed.size()) > limit)
+            throw ContextLengthError("prompt of " + std::to_string(feed.size()) + " tokens after " +
+                                     std::to_string(cache_.length(seq_)) + " earlier ones exceeds the context of " +
+                                     std::to_string(limit) + " tokens");
+
+        Sampler sampler(options.sampling);
+        history_.insert(history_.end(), prompt.begin(), prompt.end());  // pending ids are in it already
+        sampler.set_prompt(history_);
+
+        // Prefill in chunks; only the last chunk's last logits are needed.
+        Logits<T> logits;
+        const std::int64_t chunk = std::max<std::int64_t>(1, options.prefill_chunk);
+        for (std::size_t at = 0; at < feed.size(); at += static_cast<std::size_t>(chunk)) {
+            const auto part = std::span<const std::int32_t>(feed).subspan(at, std::min<std::size_t>(static_cast<std::size_t>(chunk), feed.size() - at));
+            logits = model_->forward(part, cache_, seq_, LogitsMode::Last);
+        }
+        result.stats.prompt_tokens = static_cast<std::int64_t>(feed.size());
+        const auto prefilled = clock::now();
+        result.stats.prompt_seconds = std::chrono::duration<double>(prefilled - start).count();
+
+        const auto& model_eos = model_->config().tokens;
+        auto is_end = [&](std::int32_t id) {
+            if (options.end_ids.empty()) return model_eos.is_eos(id);
+            return std::find(options.end_ids.begin(), options.end_ids.end(), id) != options.end_ids.end();
+        };
+        std::optional<StreamingDecoder> decoder;
+        if (tokenizer_) decoder.emplace(*tokenizer_);
+        StopMatcher stops(options.stop_strings);
+        std::vector<float> row(static_cast<std::size_t>(logits.vocab));
+        std::optional<clock::time_point> first;
+
+        for (std::int64_t step = 0;; ++step) {
+            if (step >= options.max_new_tokens) {
+                result.finish = FinishReason::MaxTokens;
+                break;
+            }
+            if (options.cancel && options.cancel->load()) {
+                result.finish = FinishReason::Cancelled;
+                break;
+            }
+            const auto r = logits.row(0);
+            for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>(r[i]);
+            const std::int32_t id = sampler.sample(row);
+            sampler.accept(id);
+            if (!first) {
+                first = clock::now();
+                result.stats.time_to_first_token = std::chrono::duration<double>(*first - start).count();
+            }
+            result.ids.push_back(id);
+            history_.push_back(id);
+            ++result.stats.generated_tokens;
+
+            std::string piece;
+            bool stopped_by_string = false;
+            if (decoder) {
+                const StopStep s = stops.feed(decoder->push(id));
+                piece = s.text;
+                stopped_by_string = s.stopped;
+            }
+            result.text += piece;
+            const bool keep_going = !options.on_token || options.on_token(id, piece);
+            // The sampled id is not in the cache yet: it is fed first by the next step or call.
+            pending_ = {id};
+            if (stopped_by_string) {
+                result.finish = FinishReason::StopString;
+                break;
+            }
+            if (is_end(id)) {
+                result.finish = FinishReason::EndToken;
+                break;
+            }
+            if (std::find(options.stop_ids.begin(), options.stop_ids.end(), id) != options.stop_ids.end()) {
+                result.finish = FinishReason::StopId;
+                break;
+            }
+            if (!keep_going) {
+                result.finish = FinishReason::Cancelled;
+                break;
+            }
+            if (cache_.length(seq_) + 1 > limit) {
+                result.finish = FinishReason::ContextFull;
+                break;
+            }
+            if (step + 1 >= options.max_new_tokens) {
+                result.finish = FinishReason::MaxTokens;
+                break;
+            }
+            logits = model_->forward(std::span<const std::int32_t>(pending_), cache_, seq_, LogitsMode::Last);
+            pending_.clear();
+        }
+        if (decoder && result.finish != FinishReason::StopString) {
+            const std::string rest = stops.feed(decoder->finish()).text + stops.flush();
+            result.text += rest;
+            if (!rest.empty() && options.on_token) options.on_token(-1, rest);
+        }
+        if (first) result.stats.generation_seconds = std::chrono::duration<double>(clock::now() - *first).count();
+        return result;
+    }
+
+    /// Tokenizes `text` (special tokens and BOS as the tokenizer says) and generates.
+    GenerationResult generate(std::string_view text, const GenerateOptions& options, bool add_special = true) {
+        if (!tokenizer_) throw InvalidArgument("generate: this session has no tokenizer");
+        if (text.empty()) throw InvalidArgument("generate: empty prompt");
+        const auto ids = tokenizer_->encode(text, add_special && history_.empty());
+        check_vocab(ids);
+        return generate(std::span<const std::int32_t>(ids), options);
+    }
+
+    /// Every id of the conversation (prompts and sampled ids).
+    const std::vector<std::int32_t>& history() const { return history_; }
+    /// Ids in the cache.
+    std::int64_t cached_tokens() const { return cache_.length(seq_); }
+    const Model<T>& model() const { return *model_; }
+    const Tokenizer* tokenizer() const { return tokenizer_; }
+
+    void reset() {
+        cache_.remove_sequence(seq_);
+        seq_ = cache_.add_sequence();
+        history_.clear();
+        pending_.clear();
+    }
+
+private:
+    void check_vocab(std::span<const std::int32_t> ids) const {
+        for (auto id : ids)
+            if (id >= model_->config().vocab_size)
+                throw TokenizerError("tokenizer id " + std::to_string(id) + " (\"" + std::string(tokenizer_->id_to_token(id)) +
+                                     "\") is outside the model's vocabulary of " + std::to_string(model_->config().vocab_size));
+    }
+
+    const Model<T>* model_;
+    const Tokenizer* tokenizer_;
+    KVCache<T> cache_;
+    SeqId seq_;
+    std::vector<std::int32_t> history_;
+    std::vector<std::int32_t> pending_;
+};
+
+/// A chat over a Session: renders the Gemma 4 turn format and feeds only each new turn.
+template <class T>
+class ChatSession {
+public:
+    ChatSession(const Model<T>& model, const Tokenizer& tokenizer, ChatOptions options = {}, std::optional<std::string> system = {})
+        : session_(model, &tokenizer), options_(options) {
+        if (system) pending_messages_.push_back({"system", *system});
+    }
+
+    /// Adds a user turn and generates the model's reply (ends at <turn|> or another end id).
+    GenerationResult reply(const std::string& user_text, GenerateOptions options) {
+        pending_messages_.push_back({"user", user_text});
+        const std::string text = first_turn_ ? render_chat(pending_messages_, options_)
+                                             : render_chat_continuation(last_reply_, pending_messages_, options_);
+        pending_messages_.clear();
+        first_turn_ = false;
+        const auto ids = session_.tokenizer()->encode(text, /*add_special=*/false);
+        GenerationResult r = session_.generate(std::span<const std::int32_t>(ids), options);
+        last_reply_ = session_.tokenizer()->decode(r.ids);
+        return r;
+    }
+
+    Session<T>& session() { return session_; }
+
+private:
+    Session<T> session_;
+    ChatOptions options_;
+    std::vector<ChatMessage> pending_messages_;
+    std::string last_reply_;
+    bool first_turn_ = true;
+};
+
+}  // namespace gemma4
