@@ -139,4 +139,7 @@ inline std::vector<std::int32_t> parse_id_list(std::string_view text, std::strin
     return ids;
 }
 
+/// `make-tiny`'s work, reused by `demo`: writes a tiny checkpoint (and tokenizer) to `out`.
+int make_tiny(Args& args, const std::string& out);
+
 }  // namespace gemma4::cli

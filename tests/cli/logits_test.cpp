@@ -17,7 +17,7 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 
 TEST_CASE("logits writes [T, vocab] .npy equal to the library's forward pass", "[cli][logits]") {
     const auto dir = test::temp_dir("cli_logits");
-    REQUIRE(run_cli("make-tiny --out " + (dir / "m").string() + " --seed 5 --shards 2").status == 0);
+    REQUIRE(run_cli("make-tiny --no-tokenizer --out " + (dir / "m").string() + " --seed 5 --shards 2").status == 0);
     const std::string ids = "2,17,33,4,5,6,7,8,9,10,11,12,13";
     auto r = run_cli("logits --model " + (dir / "m").string() + " --tokens " + ids + " --precision f64 --out " + (dir / "a.npy").string());
     REQUIRE(r.status == 0);
@@ -58,7 +58,7 @@ TEST_CASE("logits writes [T, vocab] .npy equal to the library's forward pass", "
 
 TEST_CASE("logits errors: one line on stderr, exit status in 1..127", "[cli][errors]") {
     const auto dir = test::temp_dir("cli_errors");
-    REQUIRE(run_cli("make-tiny --out " + (dir / "m").string()).status == 0);
+    REQUIRE(run_cli("make-tiny --no-tokenizer --out " + (dir / "m").string()).status == 0);
     const std::string m = " --model " + (dir / "m").string() + " --out " + (dir / "x.npy").string();
     const std::vector<std::pair<std::string, std::string>> cases = {
         {"logits --tokens 2,3" + std::string(" --model ") + (dir / "missing").string() + " --out x.npy", "model directory not found"},

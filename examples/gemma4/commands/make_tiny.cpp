@@ -2,6 +2,7 @@
 #include "../cli.hpp"
 
 #include <gemma4/model/random_checkpoint.hpp>
+#include <gemma4/tokenizer/tiny_tokenizer.hpp>
 
 #include <cstdio>
 
@@ -17,8 +18,29 @@ DType parse_dtype(const std::string& s) {
     throw InvalidArgument("make-tiny: --dtype must be bf16, f16, f32 or f64, got '" + s + "'");
 }
 
-int run(cli::Args& args) {
-    const std::string out = args.require("out");
+}  // namespace
+
+namespace gemma4::cli {
+
+/// Gives the config the tokenizer's special ids, and a vocabulary at least as large as its own.
+inline void adopt_tokenizer(Gemma4Config& c, const TinyTokenizerInfo& t) {
+    c.vocab_size = std::max<std::int64_t>(c.vocab_size, t.vocab_size);
+    c.tokens.pad = t.pad;
+    c.tokens.bos = t.bos;
+    c.tokens.eos = {t.eos, t.turn_end};
+    c.tokens.eos_count = 2;
+    c.tokens.image = t.image;
+    c.tokens.audio = t.audio;
+    c.tokens.video = t.video;
+    c.tokens.boi = t.image_start;
+    c.tokens.eoi = t.image_end;
+    c.tokens.boa = t.audio_start;
+    c.tokens.eoa = t.audio_end;
+}
+
+/// Writes the tiny checkpoint described by the options (and, unless --no-tokenizer, a small
+/// tokenizer.json of the official format) to `out`.
+int make_tiny(cli::Args& args, const std::string& out) {
     Gemma4Config c = tiny_config();
     RandomCheckpointOptions o;
     o.seed = args.number<std::uint64_t>("seed", 1);
@@ -49,7 +71,9 @@ int run(cli::Args& args) {
     } else if (args.get("layers")) {
         c.layer_types = Gemma4Config::default_layer_types(c.num_hidden_layers);
     }
+    const bool with_tokenizer = !args.flag("no-tokenizer");
     args.finish();
+    if (with_tokenizer) adopt_tokenizer(c, write_tiny_tokenizer(out));
     // Validate through the same parser that loads it.
     parse_config(config_to_json(c), "make-tiny");
     write_random_checkpoint(out, c, o);
@@ -57,6 +81,12 @@ int run(cli::Args& args) {
     return 0;
 }
 
-const cli::Command reg{"make-tiny", "write a random checkpoint of any shape (official layout)", run};
+}  // namespace gemma4::cli
+
+namespace {
+
+int run(gemma4::cli::Args& args) { return gemma4::cli::make_tiny(args, args.require("out")); }
+
+const gemma4::cli::Command reg{"make-tiny", "write a random checkpoint of any shape (official layout)", run};
 
 }  // namespace
