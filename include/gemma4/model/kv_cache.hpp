@@ -8,6 +8,7 @@
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -62,6 +63,21 @@ public:
         return static_cast<SeqId>(seqs_.size() - 1);
     }
 
+    /// A new sequence sharing all of `src`'s pages (copy on write): the same length and
+    /// contents, so it continues from where `src` is without recomputing anything.
+    SeqId fork(SeqId src) {
+        at(src);
+        const SeqId s = add_sequence();
+        Sequence& from = seqs_[static_cast<std::size_t>(src)];
+        Sequence& to = seqs_[static_cast<std::size_t>(s)];
+        to.length = from.length;
+        to.table = from.table;
+        for (int k = 0; k < 2; ++k)
+            for (auto page : to.table[k])
+                if (page >= 0) ++pools_[k].refcount[static_cast<std::size_t>(page)];
+        return s;
+    }
+
     void remove_sequence(SeqId s) {
         Sequence& seq = at(s);
         for (int k = 0; k < 2; ++k)
@@ -89,8 +105,11 @@ public:
             // first query; such pages are not allocated (a chunk longer than the window).
             const std::int64_t first_needed = k == 0 ? std::max<std::int64_t>(0, seq.length - window_ + 1) / kPageSize : 0;
             while (static_cast<std::int64_t>(table.size()) < pages_needed) table.push_back(-1);
-            for (std::int64_t j = std::max(first_needed, seq.length / kPageSize); j < pages_needed; ++j)
-                if (table[static_cast<std::size_t>(j)] < 0) table[static_cast<std::size_t>(j)] = allocate(k);
+            for (std::int64_t j = std::max(first_needed, seq.length / kPageSize); j < pages_needed; ++j) {
+                std::int32_t& page = table[static_cast<std::size_t>(j)];
+                if (page < 0) page = allocate(k);
+                else if (pools_[k].refcount[static_cast<std::size_t>(page)] > 1) page = copy_page(k, page);  // shared: copy on write
+            }
         }
     }
 
@@ -134,6 +153,16 @@ public:
         return b;
     }
     std::int64_t window() const { return window_; }
+    /// How many sequences hold `page` of `kind` (for tests of sharing).
+    std::int32_t page_refcount(AttentionKind kind, std::int32_t page) const {
+        return pools_[kind_index(kind)].refcount[static_cast<std::size_t>(page)];
+    }
+    /// The page holding position `pos` of sequence s for `kind` (-1: not held).
+    std::int32_t page_of(SeqId s, AttentionKind kind, std::int64_t pos) const {
+        const auto& table = at(s).table[kind_index(kind)];
+        const auto j = static_cast<std::size_t>(pos / kPageSize);
+        return j < table.size() ? table[j] : -1;
+    }
 
 private:
     struct Pool {
@@ -177,6 +206,14 @@ private:
         p.storage.push_back(std::make_unique<T[]>(static_cast<std::size_t>(p.page_elems)));
         p.refcount.push_back(1);
         return static_cast<std::int32_t>(p.storage.size() - 1);
+    }
+
+    std::int32_t copy_page(int k, std::int32_t page) {
+        const std::int32_t copy = allocate(k);
+        Pool& p = pools_[k];
+        std::copy_n(p.storage[static_cast<std::size_t>(page)].get(), p.page_elems, p.storage[static_cast<std::size_t>(copy)].get());
+        release(k, page);
+        return copy;
     }
 
     void release(int k, std::int32_t page) {
