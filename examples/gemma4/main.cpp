@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
     auto usage = [] {
         std::fprintf(stderr, "usage: gemma4 <command> [options]\n\ncommands:\n");
         for (const auto& [name, info] : registry())
-            std::fprintf(stderr, "  %-14s %s\n", name.c_str(), info.summary.c_str());
+            std::fprintf(stderr, "  %-17s %s\n", name.c_str(), info.summary.c_str());
     };
     if (argc < 2 || std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h") {
         usage();

@@ -1,0 +1,2 @@
+// image_patches.hpp compiles on its own (self-contained header).
+#include <gemma4/multimodal/image_patches.hpp>

@@ -1,0 +1,2 @@
+// wav.hpp compiles on its own (self-contained header).
+#include <gemma4/multimodal/wav.hpp>
