@@ -20,7 +20,8 @@ std::vector<std::int32_t> test_ids(std::int64_t n, std::int64_t vocab, std::uint
     std::uint32_t s = seed;
     for (std::int64_t i = 0; i < n; ++i) {
         s = s * 1664525u + 1013904223u;
-        ids.push_back(static_cast<std::int32_t>((s >> 8) % static_cast<std::uint32_t>(vocab)));
+        const auto id = static_cast<std::int32_t>((s >> 8) % static_cast<std::uint32_t>(vocab));
+        ids.push_back(id >= 300 && id <= 306 ? id - 10 : id);  // not the tiny config's placeholder ids
     }
     return ids;
 }

@@ -27,8 +27,8 @@ struct TapRecorder {
 template <class T>
 int run_precision(cli::Args& args, const std::vector<std::vector<std::int32_t>>& seqs, std::int64_t chunk,
                   const std::optional<std::string>& out, const std::optional<std::string>& out_dir,
-                  const std::optional<std::string>& dump, unsigned threads, const std::string& model_dir) {
-    const Model<T> model = Model<T>::load(model_dir, ModelOptions{threads}, LoadOptions{.multimodal = false});
+                  const std::optional<std::string>& dump, unsigned threads, const std::string& model_dir, WeightFormat format) {
+    const Model<T> model = Model<T>::load(model_dir, ModelOptions{threads}, LoadOptions{.multimodal = false, .format = format});
     KVCache<T> cache = model.make_cache();
     std::vector<SeqId> ids;
     for (std::size_t i = 0; i < seqs.size(); ++i) ids.push_back(cache.add_sequence());
@@ -86,7 +86,10 @@ int run(cli::Args& args) {
     const auto out_dir = args.get("out-dir");
     const auto dump = args.get("dump-taps");
     const auto threads = args.number<unsigned>("threads", 0);
+    const std::string weights = args.get("weights").value_or("as-stored");
     args.finish();
+    const auto format = parse_weight_format(weights);
+    if (!format) throw InvalidArgument("logits: --weights must be int8, int4 or bf16, got '" + weights + "'");
     if (chunk < 0) throw InvalidArgument("logits: --chunk must be positive");
     if (seqs.size() == 1 && !out && !out_dir) throw InvalidArgument("logits: missing --out");
     if (seqs.size() > 1 && !out_dir) throw InvalidArgument("logits: several --tokens need --out-dir");
@@ -94,8 +97,8 @@ int run(cli::Args& args) {
     std::size_t longest = 0;
     for (const auto& s : seqs) longest = std::max(longest, s.size());
     const std::int64_t step = chunk ? chunk : static_cast<std::int64_t>(longest);
-    if (precision == "f32") return run_precision<float>(args, seqs, step, out, out_dir, dump, threads, model_dir);
-    if (precision == "f64") return run_precision<double>(args, seqs, step, out, out_dir, dump, threads, model_dir);
+    if (precision == "f32") return run_precision<float>(args, seqs, step, out, out_dir, dump, threads, model_dir, *format);
+    if (precision == "f64") return run_precision<double>(args, seqs, step, out, out_dir, dump, threads, model_dir, *format);
     throw InvalidArgument("logits: --precision must be f32 or f64, got '" + precision + "'");
 }
 

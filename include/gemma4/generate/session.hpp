@@ -8,6 +8,7 @@
 #include <gemma4/generate/sampler.hpp>
 #include <gemma4/generate/stop.hpp>
 #include <gemma4/model/model.hpp>
+#include <gemma4/model/multimodal.hpp>
 #include <gemma4/tokenizer/streaming_decoder.hpp>
 #include <gemma4/tokenizer/tokenizer.hpp>
 
@@ -77,8 +78,10 @@ public:
     explicit Session(const Model<T>& model, const Tokenizer* tokenizer = nullptr, KVCacheOptions cache = {})
         : model_(&model), tokenizer_(tokenizer), cache_(model.make_cache(cache)), seq_(cache_.add_sequence()) {}
 
-    /// Feeds `prompt` after everything seen so far, then generates.
-    GenerationResult generate(std::span<const std::int32_t> prompt, const GenerateOptions& options) {
+    /// Feeds `prompt` after everything seen so far, then generates. `soft` (optional) holds the
+    /// soft tokens of the prompt's image/audio placeholder ids (see model/multimodal.hpp).
+    GenerationResult generate(std::span<const std::int32_t> prompt, const GenerateOptions& options,
+                              const SoftTokenPlan<T>* soft = nullptr) {
         using clock = std::chrono::steady_clock;
         const auto start = clock::now();
         GenerationResult result;
@@ -97,12 +100,30 @@ public:
         history_.insert(history_.end(), prompt.begin(), prompt.end());  // pending ids are in it already
         sampler.set_prompt(history_);
 
-        // Prefill in chunks; only the last chunk's last logits are needed.
+        // Prefill in chunks that never split an image's block; only the last logits are needed.
+        const std::size_t offset = feed.size() - prompt.size();  // a pending id comes first
+        SoftTokenPlan<T> plan;
+        if (soft) {
+            plan.rows = soft->rows;
+            if (!soft->blocks.empty()) {
+                plan.blocks.assign(offset, -1);
+                plan.blocks.insert(plan.blocks.end(), soft->blocks.begin(), soft->blocks.end());
+            }
+        }
+        const std::int64_t H = model_->config().hidden_size;
         Logits<T> logits;
-        const std::int64_t chunk = std::max<std::int64_t>(1, options.prefill_chunk);
-        for (std::size_t at = 0; at < feed.size(); at += static_cast<std::size_t>(chunk)) {
-            const auto part = std::span<const std::int32_t>(feed).subspan(at, std::min<std::size_t>(static_cast<std::size_t>(chunk), feed.size() - at));
-            logits = model_->forward(part, cache_, seq_, LogitsMode::Last);
+        const auto chunk = static_cast<std::size_t>(std::max<std::int64_t>(1, options.prefill_chunk));
+        std::int64_t rows_before = 0;
+        for (std::size_t at = 0; at < feed.size();) {
+            std::size_t end = std::min(feed.size(), at + chunk);
+            while (!plan.blocks.empty() && end < feed.size() && plan.blocks[end] >= 0 && plan.blocks[end] == plan.blocks[end - 1]) ++end;
+            std::int64_t rows_in = 0;
+            for (std::size_t i = at; i < end; ++i) rows_in += model_->is_placeholder(feed[i]);
+            const SequenceChunk part{seq_, std::span<const std::int32_t>(feed).subspan(at, end - at)};
+            logits = model_->forward(std::span<const SequenceChunk>(&part, 1), cache_, plan.slice(at, end, rows_before, rows_in, H),
+                                     LogitsMode::Last);
+            rows_before += rows_in;
+            at = end;
         }
         result.stats.prompt_tokens = static_cast<std::int64_t>(feed.size());
         const auto prefilled = clock::now();

@@ -25,6 +25,39 @@ struct TensorBlob {
     std::vector<std::byte> bytes;
 };
 
+/// A tensor to write from memory it does not own (large matrices: no copy).
+struct TensorRef {
+    std::string name;
+    DType dtype;
+    std::vector<std::int64_t> shape;
+    const std::byte* data;
+    std::size_t size;
+};
+
+inline void write_safetensors(const std::filesystem::path& path, const std::vector<TensorRef>& tensors,
+                              const std::map<std::string, std::string>& metadata = {}) {
+    nlohmann::json header = nlohmann::json::object();
+    if (!metadata.empty()) header["__metadata__"] = metadata;
+    std::size_t offset = 0;
+    for (const TensorRef& t : tensors) {
+        header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
+                          {"shape", t.shape},
+                          {"data_offsets", {offset, offset + t.size}}};
+        offset += t.size;
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::ofstream out(path, std::ios::binary);
+    if (!out) throw IoError(path.string() + ": cannot open for writing");
+    const std::uint64_t n = text.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const TensorRef& t : tensors) out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(t.size));
+    if (!out) throw IoError(path.string() + ": write failed");
+}
+
 inline void write_safetensors(const std::filesystem::path& path, const std::vector<TensorBlob>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
     nlohmann::json header = nlohmann::json::object();

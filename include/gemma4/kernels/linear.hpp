@@ -3,6 +3,9 @@
 // time, so nothing is converted up front and each weight byte is read once per call.
 #pragma once
 
+#include <gemma4/kernels/linear_bf16.hpp>
+#include <gemma4/kernels/linear_quant.hpp>
+#include <gemma4/kernels/rows.hpp>
 #include <gemma4/kernels/simd.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/tensor/weight_view.hpp>
@@ -47,6 +50,8 @@ inline void load_row(const WeightView& w, std::int64_t r, T* out) {
             for (std::int64_t i = 0; i < cols; ++i) out[i] = static_cast<T>(src[i]);
             return;
         }
+        case DType::Q8:
+        case DType::Q4: quant::dequantize_row(w.dtype, w.codes_row(r), w.scales_row(r), cols, out); return;
         default:
             for (std::int64_t i = 0; i < cols; ++i) out[i] = w.at<T>(r * cols + i);
             return;
@@ -61,17 +66,16 @@ inline bool stored_as(const WeightView& w) {
 
 }  // namespace detail
 
-/// Strided row-major activations: row t starts at data + t * stride.
-template <class T>
-struct Rows {
-    T* data;
-    std::int64_t stride;
-    T* row(std::int64_t t) const { return data + t * stride; }
-};
-
 /// y[t, 0:N) = x[t, 0:K) · wᵀ for t < tokens. N = w.rows(), K = w.cols().
+/// In float, bf16 and Q8/Q4 weights take the tiled kernels (Q8/Q4 quantize x to int8 per block,
+/// see kernels/linear_quant.hpp); the double path and the other dtypes convert each weight row
+/// to T exactly and use plain dot products, so the double path stays a reference.
 template <class T>
 void linear(const WeightView& w, Rows<const T> x, Rows<T> y, std::int64_t tokens, ThreadPool& pool) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (w.dtype == DType::BF16) return detail::linear_bf16(w, x, y, tokens, pool);
+        if (w.quantized()) return detail::linear_quant(w, x, y, tokens, pool);
+    }
     const std::int64_t N = w.rows(), K = w.cols();
     pool.parallel_for(
         N,

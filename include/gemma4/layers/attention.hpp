@@ -117,15 +117,15 @@ public:
                 const std::int64_t t = task / geom_.num_heads, h = task % geom_.num_heads, g = h / group;
                 const SeqId s = ctx.tokens.seq[static_cast<std::size_t>(t)];
                 const std::int64_t p = ctx.tokens.pos[static_cast<std::size_t>(t)];
-                const std::int64_t lo = first_visible(p);
-                scores.resize(static_cast<std::size_t>(p - lo + 1));
+                const std::int64_t lo = first_visible(p), hi = last_visible(ctx.tokens, t);
+                scores.resize(static_cast<std::size_t>(hi - lo + 1));
                 const T* qh = q + t * width + h * d;
-                for (std::int64_t j = lo; j <= p; ++j)
+                for (std::int64_t j = lo; j <= hi; ++j)
                     scores[static_cast<std::size_t>(j - lo)] = detail::dot(qh, ctx.cache.key(L, s, j) + g * d, d);
-                kernels::softmax(scores.data(), p - lo + 1);
+                kernels::softmax(scores.data(), hi - lo + 1);
                 T* oh = o.data() + t * qd + h * d;
                 std::fill(oh, oh + d, T(0));
-                for (std::int64_t j = lo; j <= p; ++j)
+                for (std::int64_t j = lo; j <= hi; ++j)
                     detail::axpy(scores[static_cast<std::size_t>(j - lo)], ctx.cache.value(L, s, j) + g * d, oh, d);
             }
         });
@@ -140,6 +140,14 @@ public:
     std::int64_t first_visible(std::int64_t p) const {
         if constexpr (Kind == AttentionKind::Sliding) return std::max<std::int64_t>(0, p - geom_.window + 1);
         else return 0;
+    }
+
+    /// The last key a token sees: itself, or the end of its image's block (decision 9).
+    static std::int64_t last_visible(const StepTokens& tokens, std::int64_t t) {
+        const std::int64_t p = tokens.pos[static_cast<std::size_t>(t)];
+        if (tokens.last_key.empty()) return p;
+        if (Kind == AttentionKind::Full && !tokens.blocks_on_full_layers) return p;
+        return tokens.last_key[static_cast<std::size_t>(t)];
     }
 
 private:

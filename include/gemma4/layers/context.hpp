@@ -15,6 +15,12 @@ namespace gemma4 {
 struct StepTokens {
     std::vector<SeqId> seq;         ///< per token: its sequence
     std::vector<std::int64_t> pos;  ///< per token: its position in that sequence
+    /// Per token: the last key position it may see. Empty: causal (pos). Later than pos for the
+    /// soft tokens of one image, which see each other in both directions (decision 9).
+    std::vector<std::int64_t> last_key;
+    /// Whether those bidirectional blocks apply to full-attention layers too (the reference
+    /// implementation's default path) or to sliding layers only (the documented intent).
+    bool blocks_on_full_layers = false;
     std::int64_t size() const { return static_cast<std::int64_t>(pos.size()); }
 };
 

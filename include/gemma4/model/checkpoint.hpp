@@ -10,6 +10,7 @@
 #include <gemma4/io/safetensors.hpp>
 #include <gemma4/model/tensor_table.hpp>
 #include <gemma4/model/weights.hpp>
+#include <gemma4/tensor/quant.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -60,7 +61,7 @@ private:
         nlohmann::json j;
         try {
             j = nlohmann::json::parse(ss.str());
-        } catch (const nlohmann::json::parse_error& e) {
+        } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number overflow
             throw FormatError(index.string() + ": not valid JSON: " + e.what());
         }
         if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
@@ -102,7 +103,74 @@ inline std::string detect_text_prefix(const TensorStore& store) {
 struct LoadOptions {
     /// Load the vision / audio embedders when the checkpoint has them.
     bool multimodal = true;
+    /// Format of the big matrices in memory (model/quantize.hpp); AsStored: as in the files.
+    WeightFormat format = WeightFormat::AsStored;
+    /// Progress of re-encoding at load (none when the checkpoint is already in `format`).
+    QuantizeProgress progress;
 };
+
+namespace detail {
+
+/// The Q8/Q4 format of a quantized checkpoint (docs/checkpoint-formats.md), from the
+/// `__metadata__` of its files, which must agree; nullopt for a plain checkpoint.
+inline std::optional<DType> stored_quant_format(const TensorStore& store, DType& origin) {
+    std::optional<DType> found;
+    bool first = true;
+    for (const auto& f : store.files()) {
+        const auto& m = f->metadata();
+        const auto it = m.find("gemma4.weight_format");
+        std::optional<DType> here;
+        if (it != m.end()) {
+            if (it->second == "int8") here = DType::Q8;
+            else if (it->second == "int4") here = DType::Q4;
+            else throw FormatError(f->path().string() + ": __metadata__.gemma4.weight_format '" + it->second + "' is not int8 or int4");
+            auto require = [&](const std::string& key, const std::string& value) {
+                const auto k = m.find(key);
+                if (k == m.end() || k->second != value)
+                    throw FormatError(f->path().string() + ": __metadata__." + key + " must be '" + value + "' for " + it->second);
+            };
+            require("gemma4.block_size", std::to_string(quant::kBlock));
+            require("gemma4.row_align", std::to_string(quant::kRowAlign));
+            const auto o = m.find("gemma4.origin_dtype");
+            const auto od = o == m.end() ? std::nullopt : parse_safetensors_dtype(o->second);
+            if (!od || (*od != DType::BF16 && *od != DType::F16 && *od != DType::F32 && *od != DType::F64))
+                throw FormatError(f->path().string() + ": __metadata__.gemma4.origin_dtype missing or not BF16/F16/F32/F64");
+            origin = *od;
+        }
+        if (!first && here != found) throw FormatError(f->path().string() + ": __metadata__.gemma4.weight_format differs between shards");
+        found = here;
+        first = false;
+    }
+    return found;
+}
+
+/// A quantized matrix of logical shape `shape` from its codes tensor `name` and `name`_scale.
+inline WeightView bind_quantized(const TensorStore& store, const std::string& name, const std::vector<std::int64_t>& shape,
+                                 DType q, DType origin) {
+    const std::string file = store.file_of(name), scale_name = name + "_scale";
+    if (shape.size() != 2) throw FormatError(file + ": tensor '" + name + "' has a scale tensor but is not a matrix");
+    const WeightView codes = store.view(name);
+    const DType code_dtype = q == DType::Q8 ? DType::I8 : DType::U8;
+    const std::vector<std::int64_t> code_shape{shape[0], quant::row_bytes(q, shape[1])};
+    if (codes.dtype != code_dtype || codes.shape != code_shape)
+        throw ShapeError(file + ": tensor '" + name + "' holds " + std::string(dtype_name(codes.dtype)) + " " + shape_string(codes.shape) +
+                         "; " + std::string(dtype_name(q)) + " of shape " + shape_string(shape) + " needs " +
+                         std::string(dtype_name(code_dtype)) + " " + shape_string(code_shape));
+    if (!store.contains(scale_name)) throw ShapeError(file + ": missing tensor '" + scale_name + "'");
+    const WeightView scales = store.view(scale_name);
+    const std::vector<std::int64_t> scale_shape{shape[0], quant::blocks_per_row(shape[1])};
+    if (scales.dtype != DType::F16 || scales.shape != scale_shape)
+        throw ShapeError(store.file_of(scale_name) + ": tensor '" + scale_name + "' holds " + std::string(dtype_name(scales.dtype)) + " " +
+                         shape_string(scales.shape) + "; expected F16 " + shape_string(scale_shape));
+    WeightView v = codes;
+    v.dtype = q;
+    v.shape = shape;
+    v.scales = scales.data;
+    v.origin = origin;
+    return v;
+}
+
+}  // namespace detail
 
 /// A loaded checkpoint: config, weights as views, the store that owns the mappings.
 struct Checkpoint {
@@ -120,6 +188,8 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& dir, LoadOptions 
     auto store = std::make_shared<TensorStore>(dir);
     ck.text_prefix = detect_text_prefix(*store);
     const auto table = tensor_table(ck.config, ck.text_prefix, ck.weights);
+    DType origin = DType::BF16;
+    const std::optional<DType> qformat = detail::stored_quant_format(*store, origin);
 
     std::set<std::string> known;
     for (const TensorSpec& spec : table) {
@@ -134,12 +204,19 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& dir, LoadOptions 
                                  shape_string(spec.shape) + ")");
             continue;
         }
+        if (qformat && store->contains(*found + "_scale")) {
+            known.insert(*found + "_scale");
+            WeightView v = detail::bind_quantized(*store, *found, spec.shape, *qformat, origin);
+            if (spec.group == TensorGroup::Text || options.multimodal) *spec.field = std::move(v);
+            continue;
+        }
         WeightView v = store->view(*found);
         if (v.shape != spec.shape)
             throw ShapeError(store->file_of(*found) + ": tensor '" + *found + "' has shape " + shape_string(v.shape) +
                              ", config.json implies " + shape_string(spec.shape));
-        if (v.dtype == DType::I32)
-            throw ShapeError(store->file_of(*found) + ": tensor '" + *found + "' has dtype I32; expected BF16, F16, F32 or F64");
+        if (v.dtype == DType::I32 || v.dtype == DType::I8 || v.dtype == DType::U8)
+            throw ShapeError(store->file_of(*found) + ": tensor '" + *found + "' has dtype " + std::string(dtype_name(v.dtype)) +
+                             "; expected BF16, F16, F32 or F64");
         if (spec.group == TensorGroup::Text || options.multimodal) *spec.field = std::move(v);
     }
     for (const auto& name : store->names())

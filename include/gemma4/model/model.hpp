@@ -16,6 +16,7 @@
 #include <gemma4/layers/rms_norm.hpp>
 #include <gemma4/model/checkpoint.hpp>
 #include <gemma4/model/kv_cache.hpp>
+#include <gemma4/model/quantize.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -47,8 +48,23 @@ struct Logits {
     }
 };
 
+/// Soft tokens of one step (images, audio): rows that replace the placeholder ids' embeddings,
+/// unscaled, and the bidirectional blocks of images.
+template <class T>
+struct SoftTokens {
+    /// [n, hidden_size]: one row per placeholder id (image, audio or video token) of the step,
+    /// in the order the ids appear across the step's chunks.
+    std::span<const T> rows;
+    /// Per id of the step (chunks concatenated): the image it belongs to (>= 0: those ids see each
+    /// other in both directions), or -1. Empty: every id causal. A block must lie in one chunk.
+    std::span<const std::int32_t> blocks;
+};
+
 struct ModelOptions {
     unsigned n_threads = 0;  ///< 0: hardware concurrency
+    /// Image blocks are bidirectional on sliding layers (decision 9); true also on full layers,
+    /// reproducing the reference implementation's default path.
+    bool image_blocks_on_full_layers = false;
 };
 
 template <class T>
@@ -65,7 +81,7 @@ public:
     using Layer = std::variant<SlidingLayer, FullLayer>;
 
     explicit BasicModel(Checkpoint checkpoint, ModelOptions options = {})
-        : ck_(std::move(checkpoint)), pool_(std::make_unique<ThreadPool>(options.n_threads)) {
+        : ck_(std::move(checkpoint)), pool_(std::make_unique<ThreadPool>(options.n_threads)), options_(options) {
         const Gemma4Config& c = ck_.config;
         for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
             const int l = static_cast<int>(i);
@@ -75,11 +91,11 @@ public:
         }
         final_norm_ = RMSNorm<T>(ck_.weights.norm, c.rms_norm_eps);
         // Decision 1: √H rounded to the embedding table's storage dtype (bf16 → 62 for H = 3840).
-        embed_scale_ = static_cast<T>(round_to_dtype(std::sqrt(static_cast<double>(c.hidden_size)), ck_.weights.embed_tokens.dtype));
+        embed_scale_ = static_cast<T>(round_to_dtype(std::sqrt(static_cast<double>(c.hidden_size)), ck_.weights.embed_tokens.value_dtype()));
     }
 
     static BasicModel load(const std::filesystem::path& dir, ModelOptions options = {}, LoadOptions load = {}) {
-        return BasicModel(load_checkpoint(dir, load), options);
+        return BasicModel(load_checkpoint_as(dir, load), options);
     }
 
     const Gemma4Config& config() const { return ck_.config; }
@@ -91,23 +107,41 @@ public:
 
     KVCache<T> make_cache(KVCacheOptions options = {}) const { return KVCache<T>(ck_.config, options); }
 
+    /// Whether `id` stands for a soft token (image, audio or video placeholder).
+    bool is_placeholder(std::int32_t id) const {
+        const TokenIds& k = ck_.config.tokens;
+        return id == k.image || id == k.audio || id == k.video;
+    }
+
     /// One forward step over chunks of distinct sequences. Appends their keys and values to the
     /// cache and returns logits for every token (All) or for each chunk's last token (Last).
     template <class Obs = NoObserver>
     Logits<T> forward(std::span<const SequenceChunk> batch, KVCache<T>& cache, LogitsMode mode = LogitsMode::All,
                       Obs&& obs = {}) const {
+        return forward(batch, cache, SoftTokens<T>{}, mode, std::forward<Obs>(obs));
+    }
+
+    /// The same, with soft tokens (images, audio) replacing the placeholder ids' embeddings.
+    template <class Obs = NoObserver>
+    Logits<T> forward(std::span<const SequenceChunk> batch, KVCache<T>& cache, const SoftTokens<T>& soft,
+                      LogitsMode mode = LogitsMode::All, Obs&& obs = {}) const {
         const Gemma4Config& c = ck_.config;
         const std::int64_t H = c.hidden_size;
-        const StepTokens tokens = plan_step(batch, cache);
+        const StepTokens tokens = plan_step(batch, cache, soft);
         const std::int64_t n = tokens.size();
 
-        // embed
+        // embed — soft tokens replace placeholders unscaled (spec §4.4)
         std::vector<T> x(static_cast<std::size_t>(n * H));
-        std::int64_t t = 0;
+        std::int64_t t = 0, soft_row = 0;
         for (const SequenceChunk& chunk : batch)
             for (std::int32_t id : chunk.ids) {
-                detail::load_row(ck_.weights.embed_tokens, id, x.data() + t * H);
-                for (std::int64_t i = 0; i < H; ++i) x[static_cast<std::size_t>(t * H + i)] *= embed_scale_;
+                T* row = x.data() + t * H;
+                if (is_placeholder(id)) {
+                    std::copy_n(soft.rows.data() + soft_row++ * H, H, row);
+                } else {
+                    detail::load_row(ck_.weights.embed_tokens, id, row);
+                    for (std::int64_t i = 0; i < H; ++i) row[i] *= embed_scale_;
+                }
                 ++t;
             }
         tap(obs, -1, "embed", x.data(), n, H, H);
@@ -161,7 +195,7 @@ public:
 
 private:
     /// Validates the step and lays out its tokens; reserves cache pages.
-    StepTokens plan_step(std::span<const SequenceChunk> batch, KVCache<T>& cache) const {
+    StepTokens plan_step(std::span<const SequenceChunk> batch, KVCache<T>& cache, const SoftTokens<T>& soft) const {
         const Gemma4Config& c = ck_.config;
         if (batch.empty()) throw InvalidArgument("forward: empty batch");
         std::set<SeqId> seen;
@@ -175,6 +209,7 @@ private:
                     throw InvalidArgument("token id " + std::to_string(chunk.ids[j]) + " at index " + std::to_string(j) +
                                           " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
         }
+        check_soft_tokens(batch, soft);
         for (const SequenceChunk& chunk : batch) {
             const std::int64_t start = cache.length(chunk.seq);
             cache.reserve(chunk.seq, static_cast<std::int64_t>(chunk.ids.size()));
@@ -183,11 +218,56 @@ private:
                 tokens.pos.push_back(start + static_cast<std::int64_t>(j));
             }
         }
+        if (!soft.blocks.empty()) {
+            // Each id of a block sees up to the block's last position.
+            tokens.last_key = tokens.pos;
+            tokens.blocks_on_full_layers = options_.image_blocks_on_full_layers;
+            for (std::int64_t end = tokens.size() - 1; end >= 0; --end) {
+                const auto e = static_cast<std::size_t>(end);
+                if (soft.blocks[e] >= 0 && e + 1 < soft.blocks.size() && soft.blocks[e + 1] == soft.blocks[e] &&
+                    tokens.seq[e + 1] == tokens.seq[e])
+                    tokens.last_key[e] = tokens.last_key[e + 1];
+            }
+        }
         return tokens;
+    }
+
+    void check_soft_tokens(std::span<const SequenceChunk> batch, const SoftTokens<T>& soft) const {
+        const std::int64_t H = ck_.config.hidden_size;
+        std::int64_t placeholders = 0, ids = 0;
+        for (const SequenceChunk& chunk : batch) {
+            for (std::size_t j = 0; j < chunk.ids.size(); ++j)
+                if (is_placeholder(chunk.ids[j])) {
+                    if (soft.rows.empty())
+                        throw InvalidArgument("forward: id " + std::to_string(chunk.ids[j]) + " at index " + std::to_string(j) +
+                                              " is an image/audio placeholder but no soft tokens were given");
+                    ++placeholders;
+                }
+            ids += static_cast<std::int64_t>(chunk.ids.size());
+        }
+        if (static_cast<std::int64_t>(soft.rows.size()) != placeholders * H)
+            throw InvalidArgument("forward: " + std::to_string(soft.rows.size()) + " soft-token values given for " +
+                                  std::to_string(placeholders) + " placeholder ids of hidden size " + std::to_string(H));
+        if (!soft.blocks.empty()) {
+            if (static_cast<std::int64_t>(soft.blocks.size()) != ids)
+                throw InvalidArgument("forward: " + std::to_string(soft.blocks.size()) + " block ids given for " + std::to_string(ids) + " ids");
+            // A block is one contiguous run inside one chunk.
+            std::set<std::int32_t> closed;
+            std::size_t at = 0;
+            for (const SequenceChunk& chunk : batch)
+                for (std::size_t j = 0; j < chunk.ids.size(); ++j, ++at) {
+                    const std::int32_t b = soft.blocks[at];
+                    if (b < 0) continue;
+                    const bool continues = j > 0 && soft.blocks[at - 1] == b;
+                    if (!continues && !closed.insert(b).second)
+                        throw InvalidArgument("forward: image block " + std::to_string(b) + " is not one contiguous run within one chunk");
+                }
+        }
     }
 
     Checkpoint ck_;
     std::unique_ptr<ThreadPool> pool_;
+    ModelOptions options_;
     std::vector<Layer> layers_;
     RMSNorm<T> final_norm_;
     T embed_scale_{};

@@ -13,7 +13,8 @@ namespace gemma4 {
 
 /// How a tensor's elements are stored. BF16/F16/F32/F64 are the safetensors dtypes we read;
 /// the quantized formats are produced by the library (see docs/checkpoint-formats.md).
-enum class DType : std::uint8_t { BF16, F16, F32, F64, I32, Q8, Q4 };
+/// I8/U8 are the byte tensors a quantized checkpoint stores its codes in.
+enum class DType : std::uint8_t { BF16, F16, F32, F64, I32, Q8, Q4, I8, U8 };
 
 constexpr std::string_view dtype_name(DType t) {
     switch (t) {
@@ -24,6 +25,8 @@ constexpr std::string_view dtype_name(DType t) {
         case DType::I32: return "I32";
         case DType::Q8: return "Q8";
         case DType::Q4: return "Q4";
+        case DType::I8: return "I8";
+        case DType::U8: return "U8";
     }
     return "?";
 }
@@ -35,6 +38,8 @@ constexpr std::optional<DType> parse_safetensors_dtype(std::string_view s) {
     if (s == "F32") return DType::F32;
     if (s == "F64") return DType::F64;
     if (s == "I32") return DType::I32;
+    if (s == "I8") return DType::I8;
+    if (s == "U8") return DType::U8;
     return std::nullopt;
 }
 
@@ -46,6 +51,8 @@ constexpr std::size_t dtype_size(DType t) {
         case DType::F32:
         case DType::I32: return 4;
         case DType::F64: return 8;
+        case DType::I8:
+        case DType::U8: return 1;
         case DType::Q8:
         case DType::Q4: return 0;
     }
@@ -130,6 +137,8 @@ inline T load_element(const std::byte* data, DType dtype, std::size_t i) {
             std::memcpy(&v, data + 4 * i, 4);
             return static_cast<T>(v);
         }
+        case DType::I8: return static_cast<T>(static_cast<std::int8_t>(data[i]));
+        case DType::U8: return static_cast<T>(std::to_integer<unsigned>(data[i]));
         default: return T(0);
     }
 }

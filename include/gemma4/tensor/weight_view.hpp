@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gemma4/tensor/dtype.hpp>
+#include <gemma4/tensor/quant.hpp>
 
 #include <array>
 #include <cstddef>
@@ -20,6 +21,12 @@ struct WeightView {
     std::vector<std::int64_t> shape;
     const std::byte* data = nullptr;
     std::size_t size_bytes = 0;
+    /// Q8/Q4 only: one f16 scale per 32-element block, [rows, blocks_per_row(cols)]; `data` holds
+    /// the codes, [rows, row_bytes(dtype, cols)] (tensor/quant.hpp).
+    const std::byte* scales = nullptr;
+    /// Q8/Q4 only: the dtype the values had before quantization (the embedding scale is
+    /// rounded to it, as for the unquantized checkpoint).
+    DType origin = DType::BF16;
 
     explicit operator bool() const { return data != nullptr; }
 
@@ -32,9 +39,25 @@ struct WeightView {
     std::int64_t rows() const { return shape.empty() ? 0 : shape.front(); }
     std::int64_t cols() const { return rows() ? numel() / rows() : 0; }
 
+    bool quantized() const { return is_quantized(dtype); }
+    /// The dtype whose rounding the values carry: `origin` for quantized views, else `dtype`.
+    DType value_dtype() const { return quantized() ? origin : dtype; }
+
+    /// Codes and scales of row r of a quantized view.
+    const std::byte* codes_row(std::int64_t r) const { return data + r * quant::row_bytes(dtype, cols()); }
+    const std::uint16_t* scales_row(std::int64_t r) const {
+        return reinterpret_cast<const std::uint16_t*>(scales) + r * quant::blocks_per_row(cols());
+    }
+
     /// Element i (row-major), converted to T. For small tensors and reference code.
     template <class T>
-    T at(std::int64_t i) const { return load_element<T>(data, dtype, static_cast<std::size_t>(i)); }
+    T at(std::int64_t i) const {
+        if (quantized()) {
+            const std::int64_t c = cols(), r = i / c;
+            return static_cast<T>(quant::dequantize_at(dtype, codes_row(r), scales_row(r), i % c));
+        }
+        return load_element<T>(data, dtype, static_cast<std::size_t>(i));
+    }
 
     /// The whole tensor converted to T (norm weights, scalars: small tensors only).
     template <class T>

@@ -1,0 +1,265 @@
+// gemma4 bench: prefill and decode speed at the published shapes with random weights held in
+// memory, next to what this machine can do in the same run (streaming read bandwidth, FMA peak),
+// and peak RSS. --json prints one JSON object on stdout.
+#include "../cli.hpp"
+
+#include <gemma4/model/model.hpp>
+#include <gemma4/model/quantize.hpp>
+
+#include <nlohmann/json.hpp>
+#include <xsimd/xsimd.hpp>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+using namespace gemma4;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// Best of several multi-threaded passes of summing a buffer far larger than the caches.
+double read_bandwidth(ThreadPool& pool, std::size_t bytes) {
+    using B = xsimd::batch<std::uint64_t>;
+    const std::size_t n = bytes / 8 / B::size * B::size;
+    std::unique_ptr<std::uint64_t[]> buf(new std::uint64_t[n]);
+    pool.parallel_for(static_cast<std::int64_t>(n), [&](std::int64_t a, std::int64_t b) {
+        for (std::int64_t i = a; i < b; ++i) buf[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i);
+    }, 1 << 20);
+    double best = 0;
+    std::vector<std::uint64_t> sink(64);
+    for (int pass = 0; pass < 5; ++pass) {
+        const auto t0 = Clock::now();
+        pool.parallel_for(static_cast<std::int64_t>(n / B::size), [&](std::int64_t a, std::int64_t b) {
+            B s0(std::uint64_t(0)), s1(std::uint64_t(0)), s2(std::uint64_t(0)), s3(std::uint64_t(0));
+            const std::uint64_t* p = buf.get();
+            std::int64_t i = a;
+            for (; i + 4 <= b; i += 4) {
+                s0 += B::load_unaligned(p + (i + 0) * B::size);
+                s1 += B::load_unaligned(p + (i + 1) * B::size);
+                s2 += B::load_unaligned(p + (i + 2) * B::size);
+                s3 += B::load_unaligned(p + (i + 3) * B::size);
+            }
+            for (; i < b; ++i) s0 += B::load_unaligned(p + i * B::size);
+            sink[static_cast<std::size_t>(a % 64)] += xsimd::hadd((s0 + s1) + (s2 + s3));
+        }, 1 << 16);
+        best = std::max(best, static_cast<double>(n * 8) / seconds_since(t0));
+    }
+    return best;
+}
+
+/// FP32 FMA throughput on all threads: independent chains so latency is hidden.
+double fma_peak(ThreadPool& pool) {
+    using F = xsimd::batch<float>;
+    constexpr int kChains = 12;
+    constexpr std::int64_t kIters = 400'000'000;
+    std::vector<float> sink(pool.size());
+    const auto t0 = Clock::now();
+    pool.parallel_for(pool.size(), [&](std::int64_t a, std::int64_t b) {
+        for (std::int64_t task = a; task < b; ++task) {
+            F acc[kChains];
+            for (int c = 0; c < kChains; ++c) acc[c] = F(static_cast<float>(c) * 1e-3f);
+            const F m(0.999999f), k(1e-7f);
+            for (std::int64_t i = 0; i < kIters / static_cast<std::int64_t>(F::size); ++i)
+                for (int c = 0; c < kChains; ++c) acc[c] = xsimd::fma(acc[c], m, k);
+            F s(0.0f);
+            for (int c = 0; c < kChains; ++c) s += acc[c];
+            sink[static_cast<std::size_t>(task)] = xsimd::hadd(s);
+        }
+    });
+    const double t = seconds_since(t0);
+    return 2.0 * kChains * static_cast<double>(kIters / static_cast<std::int64_t>(F::size) * static_cast<std::int64_t>(F::size)) *
+           pool.size() / t;
+}
+
+/// int8 multiply-add throughput (vpdpbusd, 2 ops per product) on all threads; 0 without VNNI.
+double int8_peak(ThreadPool& pool) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    constexpr int kChains = 12;
+    constexpr std::int64_t kIters = 20'000'000;
+    std::vector<int> sink(pool.size());
+    const auto t0 = Clock::now();
+    pool.parallel_for(pool.size(), [&](std::int64_t a, std::int64_t b) {
+        for (std::int64_t task = a; task < b; ++task) {
+            __m512i acc[kChains];
+            for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_epi32(c);
+            const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+            for (std::int64_t i = 0; i < kIters; ++i)
+                for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbusd_epi32(acc[c], u, s);
+            __m512i t = acc[0];
+            for (int c = 1; c < kChains; ++c) t = _mm512_add_epi32(t, acc[c]);
+            sink[static_cast<std::size_t>(task)] = _mm512_reduce_add_epi32(t);
+        }
+    });
+    return 2.0 * 64 * kChains * static_cast<double>(kIters) * pool.size() / seconds_since(t0);
+#else
+    (void)pool;
+    return 0;
+#endif
+}
+
+std::size_t peak_rss_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmHWM:", 0) == 0) return static_cast<std::size_t>(std::stoull(line.substr(6))) * 1024;
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<std::size_t>(u.ru_maxrss) * 1024;
+}
+
+/// Multiply-adds ×2 of one forward step: matrices for `tokens` rows, LM head for `head_rows`,
+/// attention scores and values over each token's visible keys.
+double step_flops(const Gemma4Config& c, std::int64_t tokens, std::int64_t head_rows, std::int64_t start) {
+    double f = 0;
+    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        const LayerGeometry g = c.layer(l);
+        const double H = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
+        const double mats = g.q_dim() * H + 2.0 * g.kv_dim() * H * (g.has_v_proj ? 1 : 0.5) + H * g.q_dim() + 3 * I * H;
+        f += 2 * mats * static_cast<double>(tokens);
+        for (std::int64_t t = 0; t < tokens; ++t) {
+            const std::int64_t p = start + t, lo = g.kind == AttentionKind::Sliding ? std::max<std::int64_t>(0, p - g.window + 1) : 0;
+            f += 4.0 * static_cast<double>(g.num_heads * g.head_dim * (p - lo + 1));
+        }
+    }
+    return f + 2.0 * static_cast<double>(c.vocab_size * c.hidden_size * head_rows);
+}
+
+std::string cpu_model() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    return "unknown";
+}
+
+int run(cli::Args& args) {
+    const std::string config_name = args.get("config").value_or("gemma-4-12b");
+    const std::string weights = args.require("weights");
+    const bool random = args.flag("random-weights");
+    const auto layers = args.number<std::int64_t>("layers", 48);
+    const auto P = args.number<std::int64_t>("prompt-tokens", 128);
+    const auto G = args.number<std::int64_t>("gen-tokens", 16);
+    const auto threads = args.number<unsigned>("threads", 0);
+    const auto batch_opt = args.get("batch");
+    const auto bw_mb = args.number<std::int64_t>("bandwidth-mb", 1536);
+    const bool json = args.flag("json");
+    args.finish();
+    if (!random) throw InvalidArgument("bench: only --random-weights is supported (weights are generated in memory)");
+    if (config_name != "gemma-4-12b") throw InvalidArgument("bench: --config must be gemma-4-12b, got '" + config_name + "'");
+    const auto format = parse_weight_format(weights);
+    if (!format || *format == WeightFormat::AsStored)
+        throw InvalidArgument("bench: --weights must be int8, int4 or bf16, got '" + weights + "'");
+    const std::int64_t B = batch_opt ? args.parse_number<std::int64_t>("batch", *batch_opt) : 1;
+    if (layers < 1 || layers > kGemma4_12B.num_hidden_layers) throw InvalidArgument("bench: --layers must be in [1, 48]");
+    if (P < 1 || G < 1 || B < 1) throw InvalidArgument("bench: --prompt-tokens, --gen-tokens and --batch must be >= 1");
+    auto say = [&](const std::string& s) {
+        if (!json) std::fprintf(stderr, "%s\n", s.c_str());
+    };
+
+    ThreadPool probe_pool(threads);
+    say("measuring read bandwidth and peak FLOP/s on " + std::to_string(probe_pool.size()) + " threads ...");
+    const double bandwidth = read_bandwidth(probe_pool, static_cast<std::size_t>(bw_mb) << 20);
+    const double peak_fma = fma_peak(probe_pool);
+    const double peak_int8 = int8_peak(probe_pool);
+
+    Gemma4Config c = kGemma4_12B;
+    c.num_hidden_layers = layers;
+    say("generating random " + weights + " weights for " + std::to_string(layers) + " layers ...");
+    auto t0 = Clock::now();
+    Checkpoint ck{c, random_weights(c, *format, 1, threads), {}, "model.language_model."};
+    const double gen_s = seconds_since(t0);
+    const double weight_bytes = static_cast<double>(matrix_bytes(ck.weights));
+    const Model<float> model(std::move(ck), ModelOptions{threads});
+
+    // prefill: B sequences of P tokens, one step each
+    KVCache<float> cache = model.make_cache();
+    std::vector<SeqId> seqs;
+    std::vector<std::vector<std::int32_t>> prompts;
+    for (std::int64_t b = 0; b < B; ++b) {
+        seqs.push_back(cache.add_sequence());
+        std::vector<std::int32_t> ids;
+        for (std::int64_t i = 0; i < P; ++i) ids.push_back(static_cast<std::int32_t>((i * 7919 + b * 104729 + 2) % c.vocab_size));
+        prompts.push_back(std::move(ids));
+    }
+    {  // warm-up: threads, thread-local buffers, first touch of the weights
+        KVCache<float> warm = model.make_cache();
+        const SeqId s = warm.add_sequence();
+        const std::int32_t id[2] = {2, 3};
+        model.forward(std::span<const std::int32_t>(id, 2), warm, s, LogitsMode::Last);
+    }
+    say("prefill " + std::to_string(P) + " tokens ...");
+    t0 = Clock::now();
+    for (std::int64_t b = 0; b < B; ++b) model.forward(prompts[static_cast<std::size_t>(b)], cache, seqs[static_cast<std::size_t>(b)], LogitsMode::Last);
+    const double prefill_s = seconds_since(t0);
+    const double prefill_flops = static_cast<double>(B) * step_flops(c, P, 1, 0);
+
+    say("decode " + std::to_string(G) + " steps of " + std::to_string(B) + " sequence(s) ...");
+    std::vector<std::int32_t> next(static_cast<std::size_t>(B));
+    t0 = Clock::now();
+    for (std::int64_t g = 0; g < G; ++g) {
+        std::vector<SequenceChunk> step;
+        for (std::int64_t b = 0; b < B; ++b) {
+            next[static_cast<std::size_t>(b)] = static_cast<std::int32_t>((g * 31 + b * 17 + 5) % c.vocab_size);
+            step.push_back({seqs[static_cast<std::size_t>(b)], std::span<const std::int32_t>(&next[static_cast<std::size_t>(b)], 1)});
+        }
+        model.forward(std::span<const SequenceChunk>(step), cache, LogitsMode::Last);
+    }
+    const double decode_s = seconds_since(t0);
+
+    const double prefill_tps = static_cast<double>(B * P) / prefill_s;
+    const double decode_tps = static_cast<double>(B * G) / decode_s;
+    const double steps_per_s = static_cast<double>(G) / decode_s;
+    const double bytes_per_token = weight_bytes / static_cast<double>(B);
+    const double achieved = weight_bytes * steps_per_s;
+    const std::size_t rss = peak_rss_bytes();
+
+    nlohmann::json j{{"config", config_name},
+                     {"weights", weights},
+                     {"layers", layers},
+                     {"threads", model.pool().size()},
+                     {"prompt_tokens", P},
+                     {"gen_tokens", G},
+                     {"prefill_tokens_per_s", prefill_tps},
+                     {"decode_tokens_per_s", decode_tps},
+                     {"weight_bytes_per_token", bytes_per_token},
+                     {"measured_read_bandwidth_bytes_per_s", bandwidth},
+                     {"decode_bandwidth_fraction", achieved / bandwidth},
+                     {"prefill_flops_per_s", prefill_flops / prefill_s},
+                     {"measured_peak_fma_flops_per_s", peak_fma},
+                     {"measured_peak_int8_ops_per_s", peak_int8},
+                     {"prefill_fraction_of_fma_peak", prefill_flops / prefill_s / peak_fma},
+                     {"peak_rss_bytes", rss},
+                     {"weight_generation_s", gen_s},
+                     {"cpu", cpu_model()}};
+    if (batch_opt) j["batch"] = B;
+    if (json) {
+        std::printf("%s\n", j.dump().c_str());
+        return 0;
+    }
+    std::printf("%s, %s weights, %lld layers, %u threads\n", cpu_model().c_str(), weights.c_str(), static_cast<long long>(layers), model.pool().size());
+    std::printf("prefill   %8.2f tok/s   (%lld tokens x %lld, %.1f GFLOP/s = %.0f%% of FMA peak %.1f GFLOP/s; int8 peak %.1f GOP/s)\n", prefill_tps,
+                static_cast<long long>(P), static_cast<long long>(B), prefill_flops / prefill_s / 1e9, 100 * prefill_flops / prefill_s / peak_fma,
+                peak_fma / 1e9, peak_int8 / 1e9);
+    std::printf("decode    %8.2f tok/s   (%lld steps x %lld)\n", decode_tps, static_cast<long long>(G), static_cast<long long>(B));
+    std::printf("weights   %8.3f GB read per step, %.1f GB/s = %.0f%% of measured read bandwidth %.1f GB/s\n", weight_bytes / 1e9,
+                achieved / 1e9, 100 * achieved / bandwidth, bandwidth / 1e9);
+    std::printf("peak RSS  %8.2f GB\n", static_cast<double>(rss) / 1e9);
+    return 0;
+}
+
+const cli::Command reg{"bench", "prefill/decode speed with random weights at the 12B shapes (--weights int8|int4|bf16)", run};
+
+}  // namespace

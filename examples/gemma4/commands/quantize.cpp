@@ -1,0 +1,37 @@
+// gemma4 quantize: a checkpoint directory re-encoded as int8 or int4 (docs/checkpoint-formats.md),
+// loadable by Model::load with mmap only.
+#include "../cli.hpp"
+
+#include <gemma4/model/quantize.hpp>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+using namespace gemma4;
+
+int run(cli::Args& args) {
+    const std::string model_dir = args.require("model");
+    const std::string out = args.require("out");
+    const std::string weights = args.require("weights");
+    args.finish();
+    const auto format = parse_weight_format(weights);
+    if (!format || (*format != WeightFormat::Int8 && *format != WeightFormat::Int4))
+        throw InvalidArgument("quantize: --weights must be int8 or int4, got '" + weights + "'");
+    LoadOptions load{.multimodal = true, .format = *format};
+    load.progress = [](std::size_t done, std::size_t total, const std::string&) {
+        const int width = 40, filled = static_cast<int>(width * done / total);
+        std::fprintf(stderr, "\rquantizing [%s%s] %zu/%zu", std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                     std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), done, total);
+        if (done == total) std::fprintf(stderr, "\n");
+    };
+    const Checkpoint ck = load_checkpoint_as(model_dir, load);
+    save_checkpoint(ck, out);
+    std::fprintf(stderr, "wrote %s\n", out.c_str());
+    return 0;
+}
+
+const cli::Command reg{"quantize", "write a checkpoint re-encoded as --weights int8|int4 to --out DIR", run};
+
+}  // namespace

@@ -1,0 +1,271 @@
+// Weight formats at load time: the big matrices (q/k/v/o, gate/up/down, the tied embedding)
+// re-encoded as bf16, Q8 or Q4 (tensor/quant.hpp); norms and scalars stay as stored. Also random
+// weights generated directly in a format (benchmarks), without a checkpoint file.
+#pragma once
+
+#include <gemma4/config.hpp>
+#include <gemma4/error.hpp>
+#include <gemma4/io/config_json.hpp>
+#include <gemma4/io/safetensors_writer.hpp>
+#include <gemma4/kernels/thread_pool.hpp>
+#include <gemma4/model/checkpoint.hpp>
+#include <gemma4/model/tensor_table.hpp>
+#include <gemma4/model/weights.hpp>
+#include <gemma4/tensor/quant.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gemma4 {
+
+/// The storage dtype a format gives the big matrices (AsStored: none).
+constexpr DType format_dtype(WeightFormat f) {
+    switch (f) {
+        case WeightFormat::Int8: return DType::Q8;
+        case WeightFormat::Int4: return DType::Q4;
+        default: return DType::BF16;
+    }
+}
+
+namespace detail {
+
+/// Owns re-encoded matrices and keeps the storage they were made from alive (the norms still
+/// point into it).
+struct OwnedBuffers {
+    std::shared_ptr<const void> parent;
+    std::vector<std::unique_ptr<std::byte[]>> buffers;
+    std::byte* allocate(std::size_t n) {
+        buffers.push_back(std::unique_ptr<std::byte[]>(new std::byte[n > 0 ? n : 1]));
+        return buffers.back().get();
+    }
+};
+
+inline void set_bf16(std::byte* p, float v) {
+    const std::uint16_t h = float_to_bf16(v);
+    std::memcpy(p, &h, 2);
+}
+
+}  // namespace detail
+
+/// The matrices a weight format applies to, in checkpoint order.
+inline std::vector<WeightView*> big_matrices(ModelWeights& w) {
+    std::vector<WeightView*> m{&w.embed_tokens};
+    for (LayerWeights& l : w.layers)
+        for (WeightView* v : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+            if (*v) m.push_back(v);
+    return m;
+}
+
+/// Bytes a forward step reads from the big matrices (codes and scales), embedding included
+/// once as the LM head.
+inline std::size_t matrix_bytes(ModelWeights& w) {
+    std::size_t n = 0;
+    for (const WeightView* v : big_matrices(w))
+        n += v->size_bytes + (v->quantized() ? static_cast<std::size_t>(v->rows() * quant::scale_row_bytes(v->cols())) : 0);
+    return n;
+}
+
+/// Re-encodes the big matrices of `w` in `format` (no-op for AsStored or matrices already in
+/// it). Rows are converted in parallel; the double path can still read the result (it
+/// dequantizes rows exactly).
+inline void quantize_weights(ModelWeights& w, WeightFormat format, const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
+    if (format == WeightFormat::AsStored) return;
+    const DType target = format_dtype(format);
+    auto owned = std::make_shared<detail::OwnedBuffers>();
+    owned->parent = w.storage;
+    ThreadPool pool(n_threads);
+    const auto mats = big_matrices(w);
+    for (std::size_t i = 0; i < mats.size(); ++i) {
+        WeightView& v = *mats[i];
+        if (v.dtype != target) {
+            if (v.shape.size() != 2) throw ShapeError("quantize_weights: '" + v.name + "' is not a matrix");
+            const std::int64_t rows = v.rows(), cols = v.cols();
+            WeightView out = v;
+            out.dtype = target;
+            out.origin = v.value_dtype();
+            if (target == DType::BF16) {
+                out.size_bytes = static_cast<std::size_t>(rows * cols * 2);
+                std::byte* data = owned->allocate(out.size_bytes);
+                out.data = data;
+                out.scales = nullptr;
+                pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+                    std::vector<float> row(static_cast<std::size_t>(cols));
+                    for (std::int64_t r = r0; r < r1; ++r) {
+                        for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = v.at<float>(r * cols + c);
+                        for (std::int64_t c = 0; c < cols; ++c) detail::set_bf16(data + 2 * (r * cols + c), row[static_cast<std::size_t>(c)]);
+                    }
+                }, 64);
+            } else {
+                const std::int64_t rb = quant::row_bytes(target, cols), sb = quant::scale_row_bytes(cols);
+                out.size_bytes = static_cast<std::size_t>(rows * rb);
+                std::byte* data = owned->allocate(out.size_bytes);
+                std::byte* scales = owned->allocate(static_cast<std::size_t>(rows * sb));
+                out.data = data;
+                out.scales = scales;
+                pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+                    std::vector<float> row(static_cast<std::size_t>(cols));
+                    for (std::int64_t r = r0; r < r1; ++r) {
+                        if (v.dtype == DType::BF16) {
+                            const auto* src = reinterpret_cast<const std::uint16_t*>(v.data) + r * cols;
+                            for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = bf16_to_float(src[c]);
+                        } else {
+                            for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = v.at<float>(r * cols + c);
+                        }
+                        quant::quantize_row(target, row.data(), cols, data + r * rb, reinterpret_cast<std::uint16_t*>(scales + r * sb));
+                    }
+                }, 64);
+            }
+            v = std::move(out);
+        }
+        if (progress) progress(i + 1, mats.size(), v.name);
+    }
+    w.storage = owned;
+}
+
+/// Weights of `c`'s text decoder with random values, generated directly in `format` (BF16,
+/// Int8 or Int4): matrices ~ uniform with unit-variance outputs, norms ≈ 1. Fast (a cheap
+/// generator per thread), for benchmarks at full size without a file.
+inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, std::uint64_t seed = 1, unsigned n_threads = 0) {
+    if (format == WeightFormat::AsStored) format = WeightFormat::BF16;
+    const DType target = format_dtype(format);
+    ModelWeights w;
+    auto owned = std::make_shared<detail::OwnedBuffers>();
+    ThreadPool pool(n_threads);
+    auto fill_random = [&](std::byte* p, std::size_t n, std::uint64_t s) {
+        pool.parallel_for(static_cast<std::int64_t>((n + 4095) / 4096), [&](std::int64_t p0, std::int64_t p1) {
+            std::uint64_t x = s ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(p0 + 1));
+            const std::size_t b0 = static_cast<std::size_t>(p0) * 4096, b1 = std::min(n, static_cast<std::size_t>(p1) * 4096);
+            for (std::size_t i = b0; i < b1; i += 8) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+                std::memcpy(p + i, &x, std::min<std::size_t>(8, b1 - i));
+            }
+        });
+    };
+    auto vector_f32 = [&](std::string name, std::int64_t n, float value) {
+        WeightView v{std::move(name), DType::F32, {n}, nullptr, static_cast<std::size_t>(4 * n)};
+        std::byte* p = owned->allocate(v.size_bytes);
+        for (std::int64_t i = 0; i < n; ++i) std::memcpy(p + 4 * i, &value, 4);
+        v.data = p;
+        return v;
+    };
+    std::uint64_t salt = seed;
+    auto matrix = [&](std::string name, std::int64_t rows, std::int64_t cols, double amax) {
+        WeightView v{std::move(name), target, {rows, cols}, nullptr, 0};
+        v.origin = DType::BF16;
+        salt = salt * 6364136223846793005ull + 1442695040888963407ull;
+        if (target == DType::BF16) {
+            v.size_bytes = static_cast<std::size_t>(rows * cols * 2);
+            std::byte* p = owned->allocate(v.size_bytes);
+            fill_random(p, v.size_bytes, salt);
+            // keep random sign and mantissa; the exponent of amax/2, so |w| ∈ [amax/2, amax)
+            const std::uint16_t exp = static_cast<std::uint16_t>(float_to_bf16(static_cast<float>(amax / 2)) & 0x7f80u);
+            pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+                auto* h = reinterpret_cast<std::uint16_t*>(p);
+                for (std::int64_t i = r0 * cols; i < r1 * cols; ++i) h[i] = static_cast<std::uint16_t>((h[i] & 0x807fu) | exp);
+            }, 64);
+            v.data = p;
+        } else {
+            const std::int64_t rb = quant::row_bytes(target, cols), nb = quant::blocks_per_row(cols);
+            v.size_bytes = static_cast<std::size_t>(rows * rb);
+            std::byte* p = owned->allocate(v.size_bytes);
+            fill_random(p, v.size_bytes, salt);
+            std::byte* s = owned->allocate(static_cast<std::size_t>(rows * nb * 2));
+            const std::uint16_t scale = quant::block_scale(static_cast<float>(amax), target);
+            pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+                auto* h = reinterpret_cast<std::uint16_t*>(s);
+                for (std::int64_t i = r0 * nb; i < r1 * nb; ++i) h[i] = scale;
+            }, 64);
+            v.data = p;
+            v.scales = s;
+        }
+        return v;
+    };
+    const std::int64_t H = c.hidden_size, I = c.intermediate_size;
+    const std::string pre = "model.language_model.";
+    w.embed_tokens = matrix(pre + "embed_tokens.weight", c.vocab_size, H, 0.05 * std::sqrt(3.0));
+    w.norm = vector_f32(pre + "norm.weight", H, 1.0f);
+    w.layers.resize(static_cast<std::size_t>(c.num_hidden_layers));
+    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+        const LayerGeometry g = c.layer(i);
+        const std::string p = pre + "layers." + std::to_string(i) + ".";
+        LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
+        const double aH = std::sqrt(3.0 / static_cast<double>(H));
+        l.input_layernorm = vector_f32(p + "input_layernorm.weight", H, 1.0f);
+        l.q_proj = matrix(p + "self_attn.q_proj.weight", g.q_dim(), H, aH);
+        l.k_proj = matrix(p + "self_attn.k_proj.weight", g.kv_dim(), H, aH);
+        if (g.has_v_proj) l.v_proj = matrix(p + "self_attn.v_proj.weight", g.kv_dim(), H, aH);
+        l.q_norm = vector_f32(p + "self_attn.q_norm.weight", g.head_dim, 1.0f);
+        l.k_norm = vector_f32(p + "self_attn.k_norm.weight", g.head_dim, 1.0f);
+        l.o_proj = matrix(p + "self_attn.o_proj.weight", H, g.q_dim(), std::sqrt(3.0 / static_cast<double>(g.q_dim())));
+        l.post_attention_layernorm = vector_f32(p + "post_attention_layernorm.weight", H, 1.0f);
+        l.pre_feedforward_layernorm = vector_f32(p + "pre_feedforward_layernorm.weight", H, 1.0f);
+        l.gate_proj = matrix(p + "mlp.gate_proj.weight", I, H, aH);
+        l.up_proj = matrix(p + "mlp.up_proj.weight", I, H, aH);
+        l.down_proj = matrix(p + "mlp.down_proj.weight", H, I, std::sqrt(3.0 / static_cast<double>(I)));
+        l.post_feedforward_layernorm = vector_f32(p + "post_feedforward_layernorm.weight", H, 1.0f);
+        l.layer_scalar = vector_f32(p + "layer_scalar", 1, 1.0f);
+    }
+    w.storage = owned;
+    return w;
+}
+
+/// load_checkpoint, then the big matrices re-encoded in `options.format` (a checkpoint already
+/// in that format is only mapped).
+inline Checkpoint load_checkpoint_as(const std::filesystem::path& dir, const LoadOptions& options = {}) {
+    Checkpoint ck = load_checkpoint(dir, options);
+    quantize_weights(ck.weights, options.format, options.progress);
+    return ck;
+}
+
+/// Writes `ck` as a checkpoint directory: config.json (copied from the source directory when
+/// there is one) and one model.safetensors holding every tensor as it is in memory. Quantized
+/// matrices are stored as "<name>" (I8 codes for Q8, U8 packed nibbles for Q4) plus
+/// "<name>_scale" (F16), and `__metadata__` records the format (docs/checkpoint-formats.md),
+/// so that loading it again maps the file and converts nothing.
+inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& dir) {
+    std::filesystem::create_directories(dir);
+    const auto src_config = ck.directory.empty() ? std::filesystem::path() : ck.directory / "config.json";
+    if (!src_config.empty() && std::filesystem::exists(src_config)) {
+        if (std::filesystem::absolute(src_config) != std::filesystem::absolute(dir / "config.json"))
+            std::filesystem::copy_file(src_config, dir / "config.json", std::filesystem::copy_options::overwrite_existing);
+    } else {
+        std::ofstream(dir / "config.json") << config_to_json(ck.config).dump(2) << "\n";
+    }
+    ModelWeights w = ck.weights;  // the table binds pointers into a copy of the views
+    const auto table = tensor_table(ck.config, ck.text_prefix.empty() ? "model.language_model." : ck.text_prefix, w);
+    std::vector<TensorRef> refs;
+    std::map<std::string, std::string> meta{{"format", "pt"}};
+    std::optional<DType> qtype;
+    for (const TensorSpec& spec : table) {
+        const WeightView& v = *spec.field;
+        if (!v) continue;
+        if (v.quantized()) {
+            if (qtype && *qtype != v.dtype) throw InvalidArgument("save_checkpoint: matrices of mixed quantized formats");
+            qtype = v.dtype;
+            meta["gemma4.origin_dtype"] = std::string(dtype_name(v.origin));
+            const std::int64_t rows = v.rows(), cols = v.cols();
+            refs.push_back({spec.name(), v.dtype == DType::Q8 ? DType::I8 : DType::U8, {rows, quant::row_bytes(v.dtype, cols)}, v.data,
+                            static_cast<std::size_t>(rows * quant::row_bytes(v.dtype, cols))});
+            refs.push_back({spec.name() + "_scale", DType::F16, {rows, quant::blocks_per_row(cols)}, v.scales,
+                            static_cast<std::size_t>(rows * quant::scale_row_bytes(cols))});
+        } else {
+            refs.push_back({spec.name(), v.dtype, v.shape, v.data, v.size_bytes});
+        }
+    }
+    if (qtype) {
+        meta["gemma4.weight_format"] = *qtype == DType::Q8 ? "int8" : "int4";
+        meta["gemma4.block_size"] = std::to_string(quant::kBlock);
+        meta["gemma4.row_align"] = std::to_string(quant::kRowAlign);
+    }
+    write_safetensors(dir / "model.safetensors", refs, meta);
+}
+
+}  // namespace gemma4

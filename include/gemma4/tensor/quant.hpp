@@ -1,0 +1,126 @@
+// Block-quantized weight formats Q8 and Q4 (layout in docs/checkpoint-formats.md): rows of a
+// [rows, cols] matrix are cut into 32-element blocks, each with one f16 scale; rows are padded
+// with zeros to a multiple of 128 elements so that kernels never need a partial block.
+#pragma once
+
+#include <gemma4/tensor/dtype.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace gemma4 {
+
+/// How the big matrices are held in memory, chosen at load time. AsStored keeps the checkpoint's
+/// dtype (bf16 as published, or Q8/Q4 from a quantized checkpoint).
+enum class WeightFormat : std::uint8_t { AsStored, BF16, Int8, Int4 };
+
+constexpr std::string_view weight_format_name(WeightFormat f) {
+    switch (f) {
+        case WeightFormat::AsStored: return "as-stored";
+        case WeightFormat::BF16: return "bf16";
+        case WeightFormat::Int8: return "int8";
+        case WeightFormat::Int4: return "int4";
+    }
+    return "?";
+}
+
+constexpr std::optional<WeightFormat> parse_weight_format(std::string_view s) {
+    if (s == "as-stored") return WeightFormat::AsStored;
+    if (s == "bf16") return WeightFormat::BF16;
+    if (s == "int8") return WeightFormat::Int8;
+    if (s == "int4") return WeightFormat::Int4;
+    return std::nullopt;
+}
+
+/// Called after each matrix re-encoded at load: (matrices done, matrices total, its name).
+using QuantizeProgress = std::function<void(std::size_t, std::size_t, const std::string&)>;
+
+constexpr bool is_quantized(DType t) { return t == DType::Q8 || t == DType::Q4; }
+
+namespace quant {
+
+inline constexpr std::int64_t kBlock = 32;     ///< elements per scale
+inline constexpr std::int64_t kRowAlign = 128;  ///< rows padded to this many elements
+inline constexpr int kQ8Max = 127;              ///< symmetric: codes in [-127, 127]
+inline constexpr int kQ4Offset = 8;             ///< nibble q holds the value (q - 8) · scale
+inline constexpr int kQ4Max = 7;                ///< scale = max|w| / 7, codes in [-7, 7] (+8)
+
+constexpr std::int64_t padded_cols(std::int64_t cols) { return (cols + kRowAlign - 1) / kRowAlign * kRowAlign; }
+constexpr std::int64_t blocks_per_row(std::int64_t cols) { return padded_cols(cols) / kBlock; }
+/// Bytes of codes per row (Q8: one byte per element, Q4: two elements per byte).
+constexpr std::int64_t row_bytes(DType t, std::int64_t cols) {
+    return t == DType::Q4 ? padded_cols(cols) / 2 : padded_cols(cols);
+}
+constexpr std::int64_t scale_row_bytes(std::int64_t cols) { return blocks_per_row(cols) * 2; }
+constexpr int max_code(DType t) { return t == DType::Q4 ? kQ4Max : kQ8Max; }
+
+/// The f16 scale of a block whose largest magnitude is `amax`, saturated to the f16 range.
+inline std::uint16_t block_scale(float amax, DType t) {
+    const float d = std::min(amax / static_cast<float>(max_code(t)), 65504.0f);
+    return float_to_f16(d);
+}
+
+/// Q4 codes are packed per 128-element group: byte j of the group's 64 holds element j in its
+/// low nibble and element j + 64 in its high nibble, so one 64-byte load unpacks into two
+/// contiguous 64-element halves.
+constexpr std::int64_t q4_byte(std::int64_t i) { return (i / 128) * 64 + (i % 64); }
+constexpr bool q4_high(std::int64_t i) { return (i % 128) >= 64; }
+
+/// Quantizes `cols` values into one padded row: `codes` (row_bytes) and `scales` (f16 per block).
+template <class S>
+inline void quantize_row(DType t, const S* src, std::int64_t cols, std::byte* codes, std::uint16_t* scales) {
+    const std::int64_t kp = padded_cols(cols), nb = kp / kBlock;
+    if (t == DType::Q4) std::memset(codes, 0, static_cast<std::size_t>(kp / 2));
+    for (std::int64_t b = 0; b < nb; ++b) {
+        const std::int64_t i0 = b * kBlock, i1 = std::min(cols, i0 + kBlock);
+        float amax = 0;
+        for (std::int64_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(static_cast<float>(src[i])));
+        const std::uint16_t s = block_scale(amax, t);
+        scales[b] = s;
+        const float d = f16_to_float(s);
+        const float inv = d > 0 ? 1.0f / d : 0.0f;
+        const int lim = max_code(t);
+        for (std::int64_t i = i0; i < i0 + kBlock; ++i) {
+            int q = 0;
+            if (i < i1) q = std::clamp(static_cast<int>(std::nearbyint(static_cast<float>(src[i]) * inv)), -lim, lim);
+            if (t == DType::Q8) {
+                codes[i] = static_cast<std::byte>(static_cast<std::int8_t>(q));
+            } else {
+                const auto nib = static_cast<unsigned>(q + kQ4Offset);
+                codes[q4_byte(i)] |= static_cast<std::byte>(q4_high(i) ? nib << 4 : nib);
+            }
+        }
+    }
+}
+
+/// The integer code of element i of a quantized row (Q4: already minus the offset).
+inline int code_at(DType t, const std::byte* codes, std::int64_t i) {
+    if (t == DType::Q8) return static_cast<std::int8_t>(codes[i]);
+    const auto byte = std::to_integer<unsigned>(codes[q4_byte(i)]);
+    return static_cast<int>(q4_high(i) ? byte >> 4 : byte & 15u) - kQ4Offset;
+}
+
+/// Element i of a quantized row as float.
+inline float dequantize_at(DType t, const std::byte* codes, const std::uint16_t* scales, std::int64_t i) {
+    return static_cast<float>(code_at(t, codes, i)) * f16_to_float(scales[i / kBlock]);
+}
+
+/// The first `cols` values of a quantized row.
+template <class T>
+inline void dequantize_row(DType t, const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, T* out) {
+    for (std::int64_t b = 0; b * kBlock < cols; ++b) {
+        const float d = f16_to_float(scales[b]);
+        const std::int64_t i1 = std::min(cols, (b + 1) * kBlock);
+        for (std::int64_t i = b * kBlock; i < i1; ++i) out[i] = static_cast<T>(static_cast<float>(code_at(t, codes, i)) * d);
+    }
+}
+
+}  // namespace quant
+}  // namespace gemma4

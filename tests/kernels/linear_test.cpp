@@ -1,0 +1,241 @@
+// linear for every weight format against a double-precision transcription of y = x·wᵀ, on odd
+// shapes, with guard regions around every output row; quantization error bounds; the VNNI path
+// against the portable one; thread-count and token-count invariance.
+#include <catch2/catch.hpp>
+
+#include <gemma4/io/safetensors_writer.hpp>
+#include <gemma4/kernels/linear.hpp>
+#include <gemma4/tensor/quant.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace gemma4;
+
+namespace {
+
+struct Rng {
+    std::uint64_t s;
+    double uniform() {  // [-1, 1)
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0;
+    }
+};
+
+/// A weight matrix in one storage format, owning its bytes, plus its exact values as stored.
+struct TestWeight {
+    std::vector<std::byte> bytes, scales;
+    WeightView view;
+    std::vector<double> values;  // [N, K], what the format holds (dequantized)
+};
+
+TestWeight make_weight(DType dtype, std::int64_t N, std::int64_t K, std::uint64_t seed) {
+    Rng rng{seed};
+    std::vector<float> src(static_cast<std::size_t>(N * K));
+    for (std::size_t i = 0; i < src.size(); ++i) {
+        src[i] = static_cast<float>(rng.uniform());
+        if (i % 37 == 5) src[i] *= 8.0f;  // outliers, so block scales differ
+    }
+    TestWeight w;
+    w.view.name = "w";
+    w.view.dtype = dtype;
+    w.view.shape = {N, K};
+    if (is_quantized(dtype)) {
+        const std::int64_t rb = quant::row_bytes(dtype, K), nb = quant::blocks_per_row(K);
+        w.bytes.resize(static_cast<std::size_t>(N * rb));
+        w.scales.resize(static_cast<std::size_t>(N * nb * 2));
+        for (std::int64_t n = 0; n < N; ++n)
+            quant::quantize_row(dtype, src.data() + n * K, K, w.bytes.data() + n * rb,
+                                reinterpret_cast<std::uint16_t*>(w.scales.data()) + n * nb);
+        w.view.scales = w.scales.data();
+    } else {
+        std::vector<double> d(src.begin(), src.end());
+        w.bytes = encode_values(d, dtype);
+    }
+    w.view.data = w.bytes.data();
+    w.view.size_bytes = w.bytes.size();
+    w.values.resize(src.size());
+    for (std::int64_t i = 0; i < N * K; ++i) w.values[static_cast<std::size_t>(i)] = w.view.at<double>(i);
+    return w;
+}
+
+std::vector<float> make_x(std::int64_t tokens, std::int64_t stride, std::uint64_t seed) {
+    Rng rng{seed};
+    std::vector<float> x(static_cast<std::size_t>(tokens * stride));
+    for (auto& v : x) v = static_cast<float>(rng.uniform());
+    return x;
+}
+
+constexpr std::int64_t kGuard = 5;
+constexpr float kPoison = -12345.678f;
+
+/// Output buffer: every row framed by kGuard poisoned values on both sides.
+struct Guarded {
+    std::int64_t tokens, N, stride;
+    std::vector<float> buf;
+    Guarded(std::int64_t t, std::int64_t n) : tokens(t), N(n), stride(n + 2 * kGuard), buf(static_cast<std::size_t>(t * stride + 2 * kGuard), kPoison) {}
+    Rows<float> rows() { return {buf.data() + kGuard, stride}; }
+    float at(std::int64_t t, std::int64_t n) const { return buf[static_cast<std::size_t>(kGuard + t * stride + n)]; }
+    bool guards_intact() const {
+        for (std::int64_t i = 0; i < static_cast<std::int64_t>(buf.size()); ++i) {
+            const std::int64_t r = i - kGuard;
+            const bool inside = r >= 0 && r < tokens * stride && (r % stride) < N;
+            if (!inside && buf[static_cast<std::size_t>(i)] != kPoison) return false;
+        }
+        return true;
+    }
+};
+
+std::string describe(DType d, std::int64_t N, std::int64_t K, std::int64_t T) {
+    std::ostringstream s;
+    s << dtype_name(d) << " N=" << N << " K=" << K << " tokens=" << T;
+    return s.str();
+}
+
+/// Bound on |y − y_ref| for one output. Float accumulation: K·ε·Σ|w·x| (a few ε per term).
+/// Q8/Q4 additionally quantize x per block to int8: |Δx| ≤ amax_b/254 per element.
+double bound(const TestWeight& w, std::int64_t n, const float* x, std::int64_t K) {
+    const double eps = std::numeric_limits<float>::epsilon();
+    double abs_sum = 0, quant = 0;
+    for (std::int64_t k = 0; k < K; ++k) abs_sum += std::fabs(w.values[static_cast<std::size_t>(n * K + k)] * x[k]);
+    if (w.view.quantized())
+        for (std::int64_t b = 0; b * 32 < K; ++b) {
+            double amax = 0, wsum = 0;
+            for (std::int64_t k = b * 32; k < std::min(K, b * 32 + 32); ++k) {
+                amax = std::max(amax, std::fabs(static_cast<double>(x[k])));
+                wsum += std::fabs(w.values[static_cast<std::size_t>(n * K + k)]);
+            }
+            quant += wsum * amax / 254.0 * (1 + 1e-5);
+        }
+    return 2.0 * (static_cast<double>(K) + 4) * eps * abs_sum + quant + 1e-30;
+}
+
+void check_linear(DType dtype, std::int64_t N, std::int64_t K, std::int64_t T, ThreadPool& pool) {
+    INFO(describe(dtype, N, K, T));
+    const TestWeight w = make_weight(dtype, N, K, 1000 + static_cast<std::uint64_t>(N * 31 + K));
+    const std::int64_t xstride = K + 3;
+    const auto x = make_x(T, xstride, 77 + static_cast<std::uint64_t>(T));
+    Guarded y(T, N);
+    linear<float>(w.view, {x.data(), xstride}, y.rows(), T, pool);
+    REQUIRE(y.guards_intact());
+    std::int64_t bad = 0;
+    for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t n = 0; n < N; ++n) {
+            double ref = 0;
+            for (std::int64_t k = 0; k < K; ++k)
+                ref += w.values[static_cast<std::size_t>(n * K + k)] * static_cast<double>(x[static_cast<std::size_t>(t * xstride + k)]);
+            const double err = std::fabs(static_cast<double>(y.at(t, n)) - ref);
+            const double tol = bound(w, n, x.data() + t * xstride, K);
+            if (!(err <= tol)) {
+                if (bad < 3) UNSCOPED_INFO("t=" << t << " n=" << n << " got " << y.at(t, n) << " ref " << ref << " tol " << tol);
+                ++bad;
+            }
+        }
+    CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("linear matches the double reference on odd shapes, guards intact", "[kernels][linear]") {
+    ThreadPool pool(2);
+    const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{1, 1}, {3, 17}, {5, 31}, {13, 129}, {17, 200}, {9, 385}, {33, 64}};
+    for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::Q8, DType::Q4})
+        for (auto [N, K] : shapes)
+            for (std::int64_t T : {1, 2, 3, 7, 33}) check_linear(dtype, N, K, T, pool);
+}
+
+TEST_CASE("linear in double uses the exact stored values", "[kernels][linear]") {
+    ThreadPool pool(2);
+    for (DType dtype : {DType::BF16, DType::Q8, DType::Q4}) {
+        const std::int64_t N = 7, K = 45, T = 3;
+        const TestWeight w = make_weight(dtype, N, K, 5);
+        std::vector<double> x(static_cast<std::size_t>(T * K)), y(static_cast<std::size_t>(T * N));
+        Rng rng{9};
+        for (auto& v : x) v = rng.uniform();
+        linear<double>(w.view, {x.data(), K}, {y.data(), N}, T, pool);
+        for (std::int64_t t = 0; t < T; ++t)
+            for (std::int64_t n = 0; n < N; ++n) {
+                double ref = 0, mag = 0;
+                for (std::int64_t k = 0; k < K; ++k) {
+                    ref += w.values[static_cast<std::size_t>(n * K + k)] * x[static_cast<std::size_t>(t * K + k)];
+                    mag += std::fabs(w.values[static_cast<std::size_t>(n * K + k)] * x[static_cast<std::size_t>(t * K + k)]);
+                }
+                CHECK(std::fabs(y[static_cast<std::size_t>(t * N + n)] - ref) <= 4 * K * 1.2e-16 * mag);
+            }
+    }
+}
+
+TEST_CASE("quantize/dequantize error is within half a step of the block scale", "[kernels][quant]") {
+    for (DType dtype : {DType::Q8, DType::Q4})
+        for (std::int64_t K : {1, 31, 32, 33, 127, 128, 129, 300}) {
+            INFO(dtype_name(dtype) << " K=" << K);
+            Rng rng{static_cast<std::uint64_t>(K)};
+            std::vector<float> src(static_cast<std::size_t>(K));
+            for (std::int64_t i = 0; i < K; ++i) src[static_cast<std::size_t>(i)] = static_cast<float>(rng.uniform() * (i % 32 == 3 ? 10 : 1));
+            std::vector<std::byte> codes(static_cast<std::size_t>(quant::row_bytes(dtype, K)), std::byte{0xAB});
+            std::vector<std::uint16_t> scales(static_cast<std::size_t>(quant::blocks_per_row(K)));
+            quant::quantize_row(dtype, src.data(), K, codes.data(), scales.data());
+            std::vector<float> back(static_cast<std::size_t>(K));
+            quant::dequantize_row(dtype, codes.data(), scales.data(), K, back.data());
+            for (std::int64_t b = 0; b < quant::blocks_per_row(K); ++b) {
+                float amax = 0;
+                for (std::int64_t i = b * 32; i < std::min(K, b * 32 + 32); ++i) amax = std::max(amax, std::fabs(src[static_cast<std::size_t>(i)]));
+                const double d = f16_to_float(scales[static_cast<std::size_t>(b)]);
+                // the f16 scale is max/127 (max/7) to within f16 rounding (2^-11 relative)
+                CHECK(std::fabs(d - amax / quant::max_code(dtype)) <= amax / quant::max_code(dtype) * 0x1.0p-11);
+                for (std::int64_t i = b * 32; i < std::min(K, b * 32 + 32); ++i)
+                    CHECK(std::fabs(static_cast<double>(back[static_cast<std::size_t>(i)]) - src[static_cast<std::size_t>(i)]) <= 0.5 * d * (1 + 1e-6));
+                for (std::int64_t i = K; i < quant::padded_cols(K); ++i) CHECK(quant::code_at(dtype, codes.data(), i) == 0);
+            }
+        }
+}
+
+TEST_CASE("linear is bit-identical for any thread count and token grouping", "[kernels][linear][threads]") {
+    ThreadPool one(1), two(2), three(3);
+    for (DType dtype : {DType::BF16, DType::Q8, DType::Q4}) {
+        INFO(dtype_name(dtype));
+        const std::int64_t N = 67, K = 300, T = 9;
+        const TestWeight w = make_weight(dtype, N, K, 3);
+        const auto x = make_x(T, K, 4);
+        std::vector<float> a(static_cast<std::size_t>(T * N)), b(a.size()), c(a.size()), d(a.size());
+        linear<float>(w.view, {x.data(), K}, {a.data(), N}, T, one);
+        linear<float>(w.view, {x.data(), K}, {b.data(), N}, T, two);
+        linear<float>(w.view, {x.data(), K}, {c.data(), N}, T, three);
+        for (std::int64_t t = 0; t < T; ++t)  // token by token, as in decode
+            linear<float>(w.view, {x.data() + t * K, K}, {d.data() + t * N, N}, 1, two);
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+        CHECK(std::memcmp(a.data(), c.data(), a.size() * 4) == 0);
+        CHECK(std::memcmp(a.data(), d.data(), a.size() * 4) == 0);
+    }
+}
+
+TEST_CASE("the VNNI path agrees with the portable path", "[kernels][linear][vnni]") {
+    if (!detail::kHaveVnni512) {
+        WARN("AVX-512 VNNI not enabled in this build; only the portable path exists");
+        return;
+    }
+    ThreadPool pool(2);
+    for (DType dtype : {DType::Q8, DType::Q4})
+        for (auto [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 31}, {19, 385}, {8, 3840}})
+            for (std::int64_t T : {1, 3, 7}) {
+                INFO(describe(dtype, N, K, T));
+                const TestWeight w = make_weight(dtype, N, K, 8);
+                const auto x = make_x(T, K, 6);
+                Guarded fast(T, N), port(T, N);
+                detail::linear_quant(w.view, {x.data(), K}, fast.rows(), T, pool, detail::QuantPath::Best);
+                detail::linear_quant(w.view, {x.data(), K}, port.rows(), T, pool, detail::QuantPath::Portable);
+                REQUIRE(fast.guards_intact());
+                REQUIRE(port.guards_intact());
+                for (std::int64_t t = 0; t < T; ++t)
+                    for (std::int64_t n = 0; n < N; ++n) {
+                        // same exact block sums; only float summation order differs
+                        double mag = 0;
+                        for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(w.values[static_cast<std::size_t>(n * K + k)] * x[static_cast<std::size_t>(t * K + k)]);
+                        CHECK(std::fabs(fast.at(t, n) - port.at(t, n)) <= 1e-6 * mag);
+                    }
+            }
+}

@@ -1,0 +1,102 @@
+// The real Gemma 3 tokenizer.json against ids produced by three independent implementations.
+#include <gemma4/tokenizer/tokenizer.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct GoldenCase {
+    std::string text;
+    std::vector<std::int32_t> ids;
+};
+
+const std::string kSharedDir = GEMMA4_SHARED_DIR;
+
+std::vector<GoldenCase> read_golden() {
+    std::ifstream in(kSharedDir + "/tokenizer/golden.jsonl");
+    REQUIRE(in);
+    std::vector<GoldenCase> cases;
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        const auto j = nlohmann::json::parse(line);
+        cases.push_back({j.at("text").get<std::string>(), j.at("ids").get<std::vector<std::int32_t>>()});
+    }
+    return cases;
+}
+
+const gemma4::Tokenizer& gemma3() {
+    static const gemma4::Tokenizer tokenizer =
+        gemma4::Tokenizer::from_file(kSharedDir + "/tokenizer/gemma3-tokenizer.json");
+    return tokenizer;
+}
+
+// A literal "▁" in the text decodes as a space; every other character comes back unchanged.
+std::string metaspace_as_space(std::string_view s) {
+    const std::string_view metaspace = "\xE2\x96\x81";
+    std::string out;
+    for (std::size_t i = 0; i < s.size();) {
+        if (s.substr(i, metaspace.size()) == metaspace) {
+            out.push_back(' ');
+            i += metaspace.size();
+        } else {
+            out.push_back(s[i++]);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("Gemma 3 tokenizer.json: every golden case encodes to the reference ids", "[tokenizer][golden]") {
+    const auto cases = read_golden();
+    REQUIRE(cases.size() == 63);
+    std::size_t matches = 0;
+    for (const GoldenCase& c : cases) {
+        INFO("text: " << c.text);
+        const auto ids = gemma3().encode(c.text);
+        CHECK(ids == c.ids);
+        matches += ids == c.ids;
+    }
+    CHECK(matches == 63);
+}
+
+TEST_CASE("Gemma 3 tokenizer.json: decode(encode(x)) gives x back", "[tokenizer][golden]") {
+    for (const GoldenCase& c : read_golden()) {
+        INFO("text: " << c.text);
+        const auto ids = gemma3().encode(c.text, /*add_special=*/false);
+        CHECK(gemma3().decode(ids) == metaspace_as_space(c.text));
+        // The reference ids start with BOS, which only skip_special leaves out.
+        const auto without_bos = std::vector<std::int32_t>(c.ids.begin() + 1, c.ids.end());
+        CHECK(gemma3().decode(c.ids) == "<bos>" + metaspace_as_space(c.text));
+        CHECK(gemma3().decode(without_bos) == metaspace_as_space(c.text));
+    }
+}
+
+TEST_CASE("Gemma 3 tokenizer.json: lookups", "[tokenizer][golden]") {
+    const auto& t = gemma3();
+    CHECK(t.vocab_size() == 262145);
+    CHECK(t.bos_id() == 2);
+    CHECK(t.eos_id() == 1);
+    CHECK(t.pad_id() == 0);
+    CHECK(t.unk_id() == 3);
+    CHECK(t.adds_bos());
+    CHECK(t.special_id("<start_of_turn>") == 105);
+    CHECK(t.special_id("<end_of_turn>") == 106);
+    CHECK(t.special_id("<image_soft_token>") == 262144);
+    CHECK(t.token_to_id("\n") == 107);
+    CHECK(t.token_to_id("<0x41>") == 238 + 0x41);
+    CHECK_FALSE(t.token_to_id("no such piece, surely").has_value());
+    CHECK(t.id_to_token(105) == "<start_of_turn>");
+    CHECK(t.is_special(2));
+    CHECK_FALSE(t.is_special(107));
+    CHECK_FALSE(t.is_special(4));  // <mask> is added but not special
+    REQUIRE_THROWS_AS(t.special_id("<mask>"), gemma4::TokenizerError);
+    REQUIRE_THROWS_AS(t.id_to_token(262145), gemma4::InvalidArgument);
+    REQUIRE_THROWS_AS(t.id_to_token(-1), gemma4::InvalidArgument);
+}

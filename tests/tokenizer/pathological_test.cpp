@@ -1,0 +1,86 @@
+// Inputs that make naive tokenizers quadratic or wrong. These assert results, not time; they
+// finish in milliseconds because merging is O(n log n) in the word length.
+#include <gemma4/tokenizer/tokenizer.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+using gemma4::Tokenizer;
+
+namespace {
+
+const Tokenizer& gemma3() {
+    static const Tokenizer t = Tokenizer::from_file(std::string(GEMMA4_SHARED_DIR) + "/tokenizer/gemma3-tokenizer.json");
+    return t;
+}
+
+std::string metaspace_as_space(std::string_view s) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size();) {
+        if (s.substr(i, 3) == "\xE2\x96\x81") {
+            out.push_back(' ');
+            i += 3;
+        } else {
+            out.push_back(s[i++]);
+        }
+    }
+    return out;
+}
+
+void check_round_trip(const std::string& text) {
+    const auto ids = gemma3().encode(text, false);
+    CHECK_FALSE(ids.empty());
+    CHECK(gemma3().decode(ids) == metaspace_as_space(text));
+}
+
+}  // namespace
+
+TEST_CASE("pathological: a 100 KB word without spaces", "[tokenizer][pathological]") {
+    const std::string same(100'000, 'x');
+    const auto ids = gemma3().encode(same, false);
+    CHECK(gemma3().decode(ids) == same);
+    CHECK(ids.size() < same.size() / 4);
+
+    std::mt19937 rng(1);
+    std::string letters;
+    for (int i = 0; i < 100'000; ++i) letters.push_back(static_cast<char>('a' + rng() % 26));
+    check_round_trip(letters);
+
+    std::string mixed;
+    const std::vector<std::string> parts = {"ab", "日本", "😀", "<b", ">", "0x", "▁</", "ſ"};
+    while (mixed.size() < 100'000) mixed += parts[rng() % parts.size()];
+    check_round_trip(mixed);
+}
+
+TEST_CASE("pathological: long runs of spaces, newlines and tabs", "[tokenizer][pathological]") {
+    check_round_trip(std::string(50'000, ' '));
+    check_round_trip(std::string(50'000, '\n'));
+    check_round_trip(std::string(50'000, '\t'));
+    std::string alternating;
+    for (int i = 0; i < 20'000; ++i) alternating += i % 2 ? " \n" : "a ";
+    check_round_trip(alternating);
+    // Thirty-one newlines is the longest added token; a longer run is several of them.
+    const auto ids = gemma3().encode(std::string(62, '\n'), false);
+    CHECK(ids.size() == 2);
+    CHECK(ids[0] == ids[1]);
+}
+
+TEST_CASE("pathological: many added tokens and near misses", "[tokenizer][pathological]") {
+    std::string text;
+    for (int i = 0; i < 20'000; ++i) text += i % 3 ? "<start_of_turn>" : "<start_of_tur";
+    const auto ids = gemma3().encode(text, false);
+    CHECK(gemma3().decode(ids) == text);
+    CHECK(std::count(ids.begin(), ids.end(), 105) > 13'000);
+}
+
+TEST_CASE("added tokens inside words are still found", "[tokenizer]") {
+    const auto ids = gemma3().encode("abc<start_of_turn>def", false);
+    REQUIRE(std::count(ids.begin(), ids.end(), 105) == 1);
+    CHECK(gemma3().decode(ids) == "abc<start_of_turn>def");
+    const auto html = gemma3().encode("x<b>bold</b>y", false);
+    CHECK(gemma3().decode(html) == "x<b>bold</b>y");
+    CHECK(gemma3().decode(html, true) == "x<b>bold</b>y");  // HTML tags are added but not special
+}
