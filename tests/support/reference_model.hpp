@@ -35,8 +35,38 @@ public:
 
     const Gemma4Config& config() const { return ck_.config; }
 
+    /// Image and audio inputs, and how their tokens attend (spec §4, decision 9).
+    struct Soft {
+        Matrix rows;                      ///< [placeholders, H], in id order
+        std::vector<std::int32_t> blocks;  ///< per id: image block or -1
+        bool blocks_on_full_layers = false;
+    };
+
+    /// Vision embedder, spec §4.2: patches [N, P], positions (x, y).
+    Matrix embed_image(const Matrix& patches, const std::vector<std::int32_t>& pos) const {
+        const VisionWeights& w = ck_.weights.vision;
+        const std::int64_t H = ck_.config.hidden_size;
+        Matrix h = layer_norm(patches, w.patch_ln1_weight, w.patch_ln1_bias);
+        h = matmul(h, to_matrix(w.patch_dense_weight));
+        for (std::int64_t t = 0; t < h.rows; ++t)
+            for (std::int64_t i = 0; i < H; ++i) h(t, i) += w.patch_dense_bias.at<double>(i);
+        h = layer_norm(h, w.patch_ln2_weight, w.patch_ln2_bias);
+        for (std::int64_t t = 0; t < h.rows; ++t)
+            for (std::int64_t i = 0; i < H; ++i)
+                h(t, i) += w.pos_embedding.at<double>((pos[2 * t] * 2 + 0) * H + i) + w.pos_embedding.at<double>((pos[2 * t + 1] * 2 + 1) * H + i);
+        h = layer_norm(h, w.pos_norm_weight, w.pos_norm_bias);
+        h = rms_heads(h, H, nullptr, ck_.config.vision.rms_norm_eps);
+        return matmul(h, to_matrix(w.embedding_projection));
+    }
+
+    /// Audio embedder, spec §4.3: frames [n, F].
+    Matrix embed_audio(const Matrix& frames) const {
+        const Matrix h = rms_heads(frames, frames.cols, nullptr, ck_.config.audio.rms_norm_eps);
+        return matmul(h, to_matrix(ck_.weights.audio.embedding_projection));
+    }
+
     /// Logits [T, V] of the whole sequence; `nodes` receives every spec node's output.
-    Matrix forward(const std::vector<std::int32_t>& ids, std::map<std::string, Matrix>* nodes = nullptr) const {
+    Matrix forward(const std::vector<std::int32_t>& ids, std::map<std::string, Matrix>* nodes = nullptr, const Soft* soft = nullptr) const {
         const Gemma4Config& c = ck_.config;
         const std::int64_t T = static_cast<std::int64_t>(ids.size()), H = c.hidden_size;
         auto record = [&](const std::string& name, const Matrix& m) {
@@ -49,9 +79,18 @@ public:
         if (E.dtype == DType::F16) scale = f16_to_float(float_to_f16(static_cast<float>(scale)));
         if (E.dtype == DType::F32) scale = static_cast<float>(scale);
         Matrix x(T, H);
-        for (std::int64_t t = 0; t < T; ++t)
-            for (std::int64_t i = 0; i < H; ++i) x(t, i) = scale * E.at<double>(ids[static_cast<std::size_t>(t)] * H + i);
+        std::int64_t soft_row = 0;
+        for (std::int64_t t = 0; t < T; ++t) {
+            const std::int32_t id = ids[static_cast<std::size_t>(t)];
+            const bool placeholder = id == c.tokens.image || id == c.tokens.audio || id == c.tokens.video;
+            for (std::int64_t i = 0; i < H; ++i) x(t, i) = placeholder ? soft->rows(soft_row, i) : scale * E.at<double>(id * H + i);
+            soft_row += placeholder;
+        }
         record("embed", x);
+        auto same_block = [&](std::int64_t a, std::int64_t b) {
+            return soft && !soft->blocks.empty() && soft->blocks[static_cast<std::size_t>(a)] >= 0 &&
+                   soft->blocks[static_cast<std::size_t>(a)] == soft->blocks[static_cast<std::size_t>(b)];
+        };
 
         for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
             const LayerWeights& w = ck_.weights.layers[static_cast<std::size_t>(l)];
@@ -85,8 +124,11 @@ public:
                     const std::int64_t g = h / (nq / nkv);
                     std::vector<double> s;
                     std::vector<std::int64_t> keys;
-                    for (std::int64_t j = 0; j <= t; ++j) {
-                        if (!full && !(t - c.sliding_window < j)) continue;  // q − W < k ≤ q
+                    for (std::int64_t j = 0; j < T; ++j) {
+                        // causal, or the same image block (sliding layers; full ones on request)
+                        const bool block = same_block(t, j) && (!full || soft->blocks_on_full_layers);
+                        if (!(j <= t || block)) continue;
+                        if (!full && !(t - c.sliding_window < j)) continue;  // q − W < k
                         double dot = 0;
                         for (std::int64_t i = 0; i < d; ++i) dot += q(t, h * d + i) * k(j, g * d + i);
                         s.push_back(dot);
@@ -157,6 +199,16 @@ private:
         return y;
     }
     static Matrix rms(const Matrix& x, const WeightView& w, double eps) { return rms_heads(x, x.cols, &w, eps); }
+    static Matrix layer_norm(const Matrix& x, const WeightView& w, const WeightView& b) {  // eps 1e-5
+        Matrix y(x.rows, x.cols);
+        for (std::int64_t t = 0; t < x.rows; ++t) {
+            double mean = 0, var = 0;
+            for (std::int64_t i = 0; i < x.cols; ++i) mean += x(t, i) / static_cast<double>(x.cols);
+            for (std::int64_t i = 0; i < x.cols; ++i) var += (x(t, i) - mean) * (x(t, i) - mean) / static_cast<double>(x.cols);
+            for (std::int64_t i = 0; i < x.cols; ++i) y(t, i) = (x(t, i) - mean) / std::sqrt(var + 1e-5) * w.at<double>(i) + b.at<double>(i);
+        }
+        return y;
+    }
     static Matrix rms_heads(const Matrix& x, std::int64_t d, const WeightView* w, double eps) {
         Matrix y(x.rows, x.cols);
         for (std::int64_t t = 0; t < x.rows; ++t)
