@@ -1,6 +1,7 @@
 // gemma4 chat: an interactive conversation in the Gemma 4 turn format, replies streamed. The
 // KV cache is kept between turns, so each turn prefills only its own tokens.
 #include "../generation_args.hpp"
+#include "../media_args.hpp"
 
 #include <cstdio>
 #include <iostream>
@@ -14,9 +15,12 @@ int run(cli::Args& args) {
     const auto system = args.get("system");
     const bool think = args.flag("think");
     const auto threads = args.number<unsigned>("threads", 0);
-    const Model<float> model = Model<float>::load(dir, ModelOptions{threads}, LoadOptions{.multimodal = false});
+    const Model<float> model = Model<float>::load(dir, ModelOptions{threads});
     GenerateOptions options = cli::read_generate_options(args, dir, model.config());
+    // --image / --audio are taken in order by the <|image|> / <|audio|> placeholders of the turns.
+    const cli::Media<float> media = cli::read_media_files<float>(args, model.config());
     args.finish();
+    std::size_t next_image = 0, next_audio = 0;
     const auto tokenizer = cli::load_tokenizer_if_present(dir);
     if (!tokenizer) throw IoError((dir / "tokenizer.json").string() + ": not found");
     // A reply ends with <turn|> even when config.json lists only <eos>.
@@ -35,7 +39,17 @@ int run(cli::Args& args) {
         if (!std::getline(std::cin, line)) break;
         if (line.empty()) continue;
         if (line == "/exit" || line == "/quit") break;
-        const GenerationResult r = chat.reply(line, options);
+        const auto count = [&](std::string_view placeholder) {
+            std::size_t n = 0;
+            for (auto at = line.find(placeholder); at != std::string::npos; at = line.find(placeholder, at + 1)) ++n;
+            return n;
+        };
+        const std::size_t n_images = std::min(count("<|image|>"), media.images.size() - next_image);
+        const std::size_t n_audios = std::min(count("<|audio|>"), media.audios.size() - next_audio);
+        const GenerationResult r = chat.reply(line, options, std::span(media.images).subspan(next_image, n_images),
+                                              std::span(media.audios).subspan(next_audio, n_audios));
+        next_image += n_images;
+        next_audio += n_audios;
         std::fputs("\n", stdout);
         cli::print_stats(r);
     }

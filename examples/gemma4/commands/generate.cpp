@@ -1,5 +1,6 @@
 // gemma4 generate: text (or ids) in, streamed text (or a JSON array of ids) out.
 #include "../generation_args.hpp"
+#include "../media_args.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -13,8 +14,9 @@ using namespace gemma4;
 template <class T>
 int generate(cli::Args& args, const std::filesystem::path& dir, std::optional<std::string> prompt, std::optional<std::string> prompt_ids,
              bool print_ids, unsigned threads) {
-    const Model<T> model = Model<T>::load(dir, ModelOptions{threads}, LoadOptions{.multimodal = false});
+    const Model<T> model = Model<T>::load(dir, ModelOptions{threads});
     GenerateOptions options = cli::read_generate_options(args, dir, model.config());
+    const cli::Media<T> media = cli::read_media_files<T>(args, model.config());
     args.finish();
     std::optional<Tokenizer> tokenizer;
     if (prompt || !print_ids) tokenizer = cli::load_tokenizer_if_present(dir);
@@ -27,12 +29,22 @@ int generate(cli::Args& args, const std::filesystem::path& dir, std::optional<st
             return true;
         };
     GenerationResult r;
+    std::vector<std::int32_t> ids;
     if (prompt) {
-        r = session.generate(*prompt, options);
+        if (prompt->empty()) throw InvalidArgument("generate: empty prompt");
+        ids = tokenizer->encode(*prompt);
     } else {
-        const auto ids = cli::parse_id_list(*prompt_ids, "generate: --prompt-ids");
-        r = session.generate(std::span<const std::int32_t>(ids), options);
+        ids = cli::parse_id_list(*prompt_ids, "generate: --prompt-ids");
     }
+    // Each <|image|> / <|audio|> of the prompt takes the next --image / --audio, expanded to its
+    // soft tokens.
+    const auto image_tokens = media.image_tokens();
+    const auto audio_tokens = media.audio_tokens(model.config().audio.audio_embed_dim);
+    ids = expand_placeholders(ids, model.config().tokens, image_tokens, audio_tokens);
+    if (tokenizer) session.check_vocab(ids);
+    SoftTokenPlan<T> plan;
+    if (!media.empty()) plan = plan_soft_tokens<T>(model, ids, media.images, media.audios);
+    r = session.generate(std::span<const std::int32_t>(ids), options, media.empty() ? nullptr : &plan);
     if (print_ids) {
         std::cout << nlohmann::json(r.ids).dump() << "\n";
     } else {

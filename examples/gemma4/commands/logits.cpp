@@ -1,6 +1,7 @@
 // gemma4 logits: the final soft-capped logits at every position, as .npy ([T, vocab]).
 // Several --tokens run as one batch; --chunk N feeds each sequence N ids per step.
 #include "../cli.hpp"
+#include "../media_args.hpp"
 
 #include <gemma4/io/npy.hpp>
 #include <gemma4/model/model.hpp>
@@ -28,7 +29,16 @@ template <class T>
 int run_precision(cli::Args& args, const std::vector<std::vector<std::int32_t>>& seqs, std::int64_t chunk,
                   const std::optional<std::string>& out, const std::optional<std::string>& out_dir,
                   const std::optional<std::string>& dump, unsigned threads, const std::string& model_dir, WeightFormat format) {
-    const Model<T> model = Model<T>::load(model_dir, ModelOptions{threads}, LoadOptions{.multimodal = false, .format = format});
+    const Model<T> model = Model<T>::load(model_dir, ModelOptions{threads}, LoadOptions{.format = format});
+    const cli::Media<T> media = cli::read_media_arrays<T>(args, model.config());
+    args.finish();
+    if (!media.empty() && seqs.size() > 1) throw InvalidArgument("logits: images and audio go with a single --tokens");
+    SoftTokenPlan<T> plan;
+    bool placeholders = false;
+    for (const auto id : seqs[0]) placeholders |= model.is_placeholder(id);
+    if (!media.empty() || placeholders) plan = plan_soft_tokens<T>(model, seqs[0], media.images, media.audios);
+    const std::int64_t H = model.config().hidden_size;
+    std::int64_t rows_before = 0;
     KVCache<T> cache = model.make_cache();
     std::vector<SeqId> ids;
     for (std::size_t i = 0; i < seqs.size(); ++i) ids.push_back(cache.add_sequence());
@@ -41,12 +51,17 @@ int run_precision(cli::Args& args, const std::vector<std::vector<std::int32_t>>&
         for (std::size_t i = 0; i < seqs.size(); ++i) {
             const auto start = static_cast<std::size_t>(cache.length(ids[i]));
             if (start >= seqs[i].size()) continue;
-            const std::size_t len = std::min<std::size_t>(static_cast<std::size_t>(chunk), seqs[i].size() - start);
-            step.push_back({ids[i], std::span<const std::int32_t>(seqs[i]).subspan(start, len)});
+            const std::size_t end = cli::chunk_end(plan.blocks, start, seqs[i].size(), static_cast<std::size_t>(chunk));
+            step.push_back({ids[i], std::span<const std::int32_t>(seqs[i]).subspan(start, end - start)});
             which.push_back(i);
         }
         if (step.empty()) break;
-        const Logits<T> logits = dump ? model.forward(step, cache, LogitsMode::All, recorder) : model.forward(step, cache, LogitsMode::All);
+        std::int64_t rows_in = 0;
+        for (const auto id : step[0].ids) rows_in += model.is_placeholder(id);
+        const auto begin = static_cast<std::size_t>(step[0].ids.data() - seqs[which[0]].data());
+        const SoftTokens<T> soft = plan.rows.empty() ? SoftTokens<T>{} : plan.slice(begin, begin + step[0].ids.size(), rows_before, rows_in, H);
+        rows_before += plan.rows.empty() ? 0 : rows_in;
+        const Logits<T> logits = dump ? model.forward(step, cache, soft, LogitsMode::All, recorder) : model.forward(step, cache, soft, LogitsMode::All);
         std::int64_t row = 0;
         for (std::size_t k = 0; k < step.size(); ++k)
             for (std::size_t j = 0; j < step[k].ids.size(); ++j, ++row) {
@@ -87,7 +102,6 @@ int run(cli::Args& args) {
     const auto dump = args.get("dump-taps");
     const auto threads = args.number<unsigned>("threads", 0);
     const std::string weights = args.get("weights").value_or("as-stored");
-    args.finish();
     const auto format = parse_weight_format(weights);
     if (!format) throw InvalidArgument("logits: --weights must be int8, int4 or bf16, got '" + weights + "'");
     if (chunk < 0) throw InvalidArgument("logits: --chunk must be positive");

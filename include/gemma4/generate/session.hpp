@@ -231,7 +231,8 @@ public:
         pending_.clear();
     }
 
-private:
+    /// TokenizerError if the tokenizer produced an id the model does not have (a tokenizer with
+    /// a larger vocabulary than the checkpoint's).
     void check_vocab(std::span<const std::int32_t> ids) const {
         for (auto id : ids)
             if (id >= model_->config().vocab_size)
@@ -239,6 +240,7 @@ private:
                                      "\") is outside the model's vocabulary of " + std::to_string(model_->config().vocab_size));
     }
 
+private:
     const Model<T>* model_;
     const Tokenizer* tokenizer_;
     KVCache<T> cache_;
@@ -257,14 +259,25 @@ public:
     }
 
     /// Adds a user turn and generates the model's reply (ends at <turn|> or another end id).
-    GenerationResult reply(const std::string& user_text, GenerateOptions options) {
+    /// Each `<|image|>` / `<|audio|>` in the text takes the next of `images` / `audios`.
+    GenerationResult reply(const std::string& user_text, GenerateOptions options, std::span<const ImageInput<T>> images = {},
+                           std::span<const AudioInput<T>> audios = {}) {
+        const Model<T>& model = session_.model();
         pending_messages_.push_back({"user", user_text});
         const std::string text = first_turn_ ? render_chat(pending_messages_, options_)
                                              : render_chat_continuation(last_reply_, pending_messages_, options_);
         pending_messages_.clear();
         first_turn_ = false;
-        const auto ids = session_.tokenizer()->encode(text, /*add_special=*/false);
-        GenerationResult r = session_.generate(std::span<const std::int32_t>(ids), options);
+        std::vector<std::int64_t> image_tokens, audio_tokens;
+        for (const auto& im : images) image_tokens.push_back(im.num_tiles());
+        for (const auto& a : audios) audio_tokens.push_back(a.num_frames(model.config().audio.audio_embed_dim));
+        const auto ids = expand_placeholders(session_.tokenizer()->encode(text, /*add_special=*/false), model.config().tokens,
+                                             image_tokens, audio_tokens);
+        session_.check_vocab(ids);
+        SoftTokenPlan<T> plan;
+        if (!images.empty() || !audios.empty()) plan = plan_soft_tokens<T>(model, ids, images, audios);
+        GenerationResult r = session_.generate(std::span<const std::int32_t>(ids), options,
+                                               images.empty() && audios.empty() ? nullptr : &plan);
         last_reply_ = session_.tokenizer()->decode(r.ids);
         return r;
     }
