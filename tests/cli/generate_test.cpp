@@ -1,0 +1,75 @@
+// `gemma4 generate`, `chat` and `demo` on a tiny checkpoint with its tokenizer.
+#include <catch2/catch.hpp>
+
+#include <gemma4/model/model.hpp>
+
+#include "support/run_cli.hpp"
+#include "support/temp_dir.hpp"
+
+#include <nlohmann/json.hpp>
+
+using namespace gemma4;
+using test::run_cli;
+
+TEST_CASE("generate --print-ids equals the step-by-step argmax of logits", "[cli][generate]") {
+    const auto dir = test::temp_dir("cli_generate");
+    REQUIRE(run_cli("make-tiny --out " + (dir / "m").string() + " --seed 3").status == 0);
+    const auto r = run_cli("generate --model " + (dir / "m").string() + " --prompt-ids 2,40,41,42 --max-new-tokens 6 --temperature 0 --print-ids");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const auto ids = nlohmann::json::parse(r.out).get<std::vector<std::int32_t>>();
+    REQUIRE(!ids.empty());
+    const Model<float> model = Model<float>::load(dir / "m");
+    std::vector<std::int32_t> seq = {2, 40, 41, 42};
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        const auto l = model.logits(seq);
+        const auto last = l.row(l.rows - 1);
+        const auto best = static_cast<std::int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+        CHECK(ids[i] == best);
+        seq.push_back(best);
+        if (model.config().tokens.is_eos(best)) CHECK(i + 1 == ids.size());  // the end token ends it, included
+    }
+    // Seeded sampling repeats.
+    const std::string sampled = "generate --model " + (dir / "m").string() + " --prompt-ids 2,40 --max-new-tokens 8 --temperature 1 --top-k 20 --seed 9 --print-ids";
+    CHECK(run_cli(sampled).out == run_cli(sampled).out);
+    // Text mode streams text on stdout and stats on stderr.
+    const auto text = run_cli("generate --model " + (dir / "m").string() + " --prompt '<bos>Hello world' --max-new-tokens 4");
+    CHECK(text.status == 0);
+    CHECK(text.err.find("tok/s") != std::string::npos);
+    // Bad input.
+    const auto empty = run_cli("generate --model " + (dir / "m").string() + " --prompt ''");
+    CHECK(empty.status == 1);
+    CHECK(empty.err.find("empty prompt") != std::string::npos);
+    const auto both = run_cli("generate --model " + (dir / "m").string() + " --prompt x --prompt-ids 2");
+    CHECK(both.err.find("exactly one of --prompt and --prompt-ids") != std::string::npos);
+    const auto temp = run_cli("generate --model " + (dir / "m").string() + " --prompt-ids 2 --temperature -1");
+    CHECK(temp.status == 1);
+    CHECK(temp.err.find("temperature") != std::string::npos);
+    std::string long_prompt = "2";
+    for (int i = 0; i < 4100; ++i) long_prompt += ",40";
+    const auto too_long = run_cli("generate --model " + (dir / "m").string() + " --prompt-ids " + long_prompt);
+    CHECK(too_long.status == 1);
+    CHECK(too_long.err.find("exceeds the context of 4096 tokens") != std::string::npos);
+}
+
+TEST_CASE("chat answers each line and keeps going", "[cli][chat]") {
+    const auto dir = test::temp_dir("cli_chat");
+    REQUIRE(run_cli("make-tiny --out " + (dir / "m").string()).status == 0);
+    const auto r = run_cli("chat --model " + (dir / "m").string() + " --system 'Be brief.' --max-new-tokens 5", "Hello\nHow are you?\n/exit\n");
+    INFO(r.err);
+    CHECK(r.status == 0);
+    CHECK(std::count(r.out.begin(), r.out.end(), '>') >= 3);  // three prompts: two turns and /exit
+    CHECK(std::count(r.err.begin(), r.err.end(), '[') == 2);  // stats after each reply
+}
+
+TEST_CASE("demo writes its model once and generates", "[cli][demo]") {
+    const auto dir = test::temp_dir("cli_demo");
+    const auto r = run_cli("demo --out " + (dir / "d").string() + " --max-new-tokens 8");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK(std::filesystem::exists(dir / "d" / "tokenizer.json"));
+    CHECK(std::filesystem::exists(dir / "d" / "model.safetensors"));
+    CHECK(r.out.rfind("<bos>The quick brown fox", 0) == 0);
+    CHECK(r.err.find("generated at") != std::string::npos);
+    CHECK(run_cli("demo --out " + (dir / "d").string() + " --max-new-tokens 8").out == r.out);  // seeded: same text again
+}
