@@ -1,19 +1,38 @@
-// gemma4 — header-only C++20 inference for Google's Gemma 4 12B. The umbrella header.
+// gemma4 — header-only C++20 inference for Google's Gemma 4 12B. The umbrella header: everything
+// but image-file decoding, which needs libpng/libjpeg (include <gemma4/multimodal/image.hpp> and
+// link gemma4::image for that).
 #pragma once
 
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
+#include <gemma4/generate/chat.hpp>
+#include <gemma4/generate/generation_config.hpp>
+#include <gemma4/generate/sampler.hpp>
+#include <gemma4/generate/session.hpp>
+#include <gemma4/generate/stop.hpp>
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/npy.hpp>
 #include <gemma4/io/safetensors.hpp>
+#include <gemma4/io/safetensors_writer.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/layers/attention.hpp>
 #include <gemma4/layers/decoder_layer.hpp>
+#include <gemma4/layers/embedders.hpp>
 #include <gemma4/layers/mlp.hpp>
 #include <gemma4/layers/observer.hpp>
 #include <gemma4/layers/rms_norm.hpp>
 #include <gemma4/model/checkpoint.hpp>
 #include <gemma4/model/kv_cache.hpp>
 #include <gemma4/model/model.hpp>
+#include <gemma4/model/multimodal.hpp>
+#include <gemma4/model/prompt_cache.hpp>
+#include <gemma4/model/quantize.hpp>
+#include <gemma4/model/random_checkpoint.hpp>
 #include <gemma4/model/tensor_table.hpp>
 #include <gemma4/model/weights.hpp>
+#include <gemma4/multimodal/audio.hpp>
+#include <gemma4/multimodal/image_patches.hpp>
+#include <gemma4/multimodal/wav.hpp>
+#include <gemma4/tokenizer/streaming_decoder.hpp>
+#include <gemma4/tokenizer/tiny_tokenizer.hpp>
+#include <gemma4/tokenizer/tokenizer.hpp>

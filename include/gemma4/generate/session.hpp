@@ -96,7 +96,12 @@ public:
                                      std::to_string(cache_.length(seq_)) + " earlier ones exceeds the context of " +
                                      std::to_string(limit) + " tokens");
 
-        Sampler sampler(options.sampling);
+        // A sampled image/audio placeholder could not be fed back (it stands for a soft token
+        // that does not exist), so those ids are never sampled.
+        SamplingParams sampling = options.sampling;
+        const TokenIds& special = model_->config().tokens;
+        sampling.suppress_tokens.insert(sampling.suppress_tokens.end(), {special.image, special.audio, special.video});
+        Sampler sampler(sampling);
         history_.insert(history_.end(), prompt.begin(), prompt.end());  // pending ids are in it already
         sampler.set_prompt(history_);
 
