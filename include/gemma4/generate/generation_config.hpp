@@ -171,7 +171,7 @@ inline GenerationConfig generation_config_from_text(std::string_view text,
     nlohmann::json root;
     try {
         root = nlohmann::json::parse(text.begin(), text.end());
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number overflow
         throw FormatError(source + ": invalid JSON: " + e.what());
     }
     return generation_config_from_json(root, source);

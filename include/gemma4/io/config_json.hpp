@@ -248,7 +248,7 @@ inline Gemma4Config load_config(const std::filesystem::path& path) {
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(ss.str());
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number overflow
         throw ConfigError(path.string() + ": not valid JSON: " + e.what());
     }
     return parse_config(j, path.string());
@@ -283,7 +283,8 @@ inline nlohmann::json config_to_json(const Gemma4Config& c) {
               {"sliding_window", c.sliding_window},
               {"layer_types", layer_types},
               {"rope_parameters", {{"sliding_attention", rope(c.rope_sliding)}, {"full_attention", rope(c.rope_full)}}},
-              {"final_logit_softcapping", c.final_logit_softcapping},
+              // No soft-cap (0) is written as null, as Hugging Face does; parse_config rejects 0.
+              {"final_logit_softcapping", c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr)},
               {"use_bidirectional_attention", "vision"},
               {"num_kv_shared_layers", 0},
               {"use_double_wide_mlp", false},

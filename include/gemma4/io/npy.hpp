@@ -123,8 +123,9 @@ NpyArray<T> read_npy(const std::filesystem::path& path) {
         }
         if (!digits) throw FormatError(name + ": .npy shape " + shape_text + " is malformed");
         out.shape.push_back(v);
+        // Checked before multiplying: two dimensions of up to 2^40 would overflow int64.
+        if (v != 0 && count > (std::int64_t(1) << 40) / v) throw FormatError(name + ": .npy shape is absurd");
         count *= v;
-        if (count > (std::int64_t(1) << 40)) throw FormatError(name + ": .npy shape is absurd");
     }
     const std::size_t data_offset = offset + header_len;
     const std::size_t need = static_cast<std::size_t>(count) * sizeof(T);

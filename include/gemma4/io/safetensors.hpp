@@ -77,7 +77,7 @@ private:
         nlohmann::json header;
         try {
             header = nlohmann::json::parse(hp, hp + header_len);
-        } catch (const nlohmann::json::parse_error& e) {
+        } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number overflow
             fail(std::string("header is not valid JSON: ") + e.what());
         }
         if (!header.is_object()) fail("header is not a JSON object");

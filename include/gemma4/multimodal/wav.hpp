@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -182,7 +183,11 @@ inline AudioClip decode_wav(std::span<const std::byte> bytes, const std::string&
         // A non-finite float sample would poison every activation downstream.
         if (!std::isfinite(sum))
             throw FormatError(name + ": sample frame " + std::to_string(i) + " is not a finite number");
-        clip.samples[i] = static_cast<float>(channels == 1 ? sum : sum / channels);
+        const double mono = channels == 1 ? sum : sum / channels;
+        // A finite 64-bit float sample beyond float's range would become infinity all the same.
+        if (std::abs(mono) > static_cast<double>(std::numeric_limits<float>::max()))
+            throw FormatError(name + ": sample frame " + std::to_string(i) + " is outside the range of a 32-bit float");
+        clip.samples[i] = static_cast<float>(mono);
     }
     return clip;
 }
