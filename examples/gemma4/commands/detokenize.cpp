@@ -29,7 +29,7 @@ std::vector<std::int32_t> id_list(const nlohmann::json& value, const std::string
 nlohmann::json parse(const std::string& text, const std::string& where) {
     try {
         return nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
         throw gemma4::FormatError(where + ": not valid JSON: " + e.what());
     }
 }

@@ -33,7 +33,7 @@ int run(gemma4::cli::Args& args) {
         nlohmann::json request;
         try {
             request = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
+        } catch (const nlohmann::json::exception& e) {
             throw gemma4::FormatError(where + ": not valid JSON: " + e.what());
         }
         if (!request.is_object() || !request.contains("text") || !request["text"].is_string())
