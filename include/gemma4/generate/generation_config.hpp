@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gemma4/error.hpp>
+#include <gemma4/io/json_file.hpp>
 #include <gemma4/generate/sampler.hpp>
 
 #include <nlohmann/json.hpp>
@@ -190,11 +191,7 @@ inline GenerationConfig load_generation_config(const std::filesystem::path& chec
     } else if (!std::filesystem::exists(checkpoint, ec)) {
         throw IoError(checkpoint.string() + ": no such checkpoint directory or generation_config.json");
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw IoError(path.string() + ": cannot open");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) throw IoError(path.string() + ": read failed");
-    return generation_config_from_text(text, path.string());
+    return generation_config_from_text(read_text_file(path), path.string());
 }
 
 /// `params` with the checkpoint's suggestions applied: every field the file sets replaces the

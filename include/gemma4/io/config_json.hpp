@@ -4,6 +4,7 @@
 
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
+#include <gemma4/io/json_file.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -241,17 +242,7 @@ inline Gemma4Config parse_config(const nlohmann::json& root, const std::string& 
 }
 
 inline Gemma4Config load_config(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    if (!in) throw IoError(path.string() + ": cannot open");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(ss.str());
-    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number overflow
-        throw ConfigError(path.string() + ": not valid JSON: " + e.what());
-    }
-    return parse_config(j, path.string());
+    return parse_config(read_json_file<ConfigError>(path), path.string());
 }
 
 /// The official unified config.json layout for `c`.

@@ -60,26 +60,10 @@ inline void write_safetensors(const std::filesystem::path& path, const std::vect
 
 inline void write_safetensors(const std::filesystem::path& path, const std::vector<TensorBlob>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
-    nlohmann::json header = nlohmann::json::object();
-    if (!metadata.empty()) header["__metadata__"] = metadata;
-    std::size_t offset = 0;
-    for (const TensorBlob& t : tensors) {
-        header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
-                          {"shape", t.shape},
-                          {"data_offsets", {offset, offset + t.bytes.size()}}};
-        offset += t.bytes.size();
-    }
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw IoError(path.string() + ": cannot open for writing");
-    const std::uint64_t n = text.size();
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const TensorBlob& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
-    if (!out) throw IoError(path.string() + ": write failed");
+    std::vector<TensorRef> refs;
+    refs.reserve(tensors.size());
+    for (const TensorBlob& t : tensors) refs.push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
+    write_safetensors(path, refs, metadata);
 }
 
 /// `values` stored as `dtype` (BF16/F16 rounded to nearest even).

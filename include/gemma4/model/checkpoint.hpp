@@ -7,6 +7,7 @@
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/io/config_json.hpp>
+#include <gemma4/io/json_file.hpp>
 #include <gemma4/io/safetensors.hpp>
 #include <gemma4/model/tensor_table.hpp>
 #include <gemma4/model/weights.hpp>
@@ -54,16 +55,7 @@ public:
 
 private:
     void open_sharded(const std::filesystem::path& index) {
-        std::ifstream in(index);
-        if (!in) throw IoError(index.string() + ": cannot open");
-        std::stringstream ss;
-        ss << in.rdbuf();
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(ss.str());
-        } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number overflow
-            throw FormatError(index.string() + ": not valid JSON: " + e.what());
-        }
+        const nlohmann::json j = read_json_file<FormatError>(index);
         if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
             throw FormatError(index.string() + ": missing weight_map object");
         std::map<std::string, SafetensorsFile*> by_file;
