@@ -1,6 +1,12 @@
 // gemma4 bench: prefill and decode speed at the published shapes with random weights held in
 // memory, next to what this machine can do in the same run (streaming read bandwidth, FMA peak),
 // and peak RSS. --json prints one JSON object on stdout.
+//
+// --batch B: B sequences prefilled one after the other, then decoding together (one step feeds
+// one token of each). --context N: no prefill; the KV cache of each sequence is filled with
+// random K/V for N positions (only what a later query can see: the sliding layers' window, every
+// position of the full layers), then decode steps are timed at that context. --kv int8 stores
+// the cache as int8 with a scale per (position, head).
 #include "../cli.hpp"
 
 #include <gemma4/model/model.hpp>
@@ -145,6 +151,38 @@ std::string cpu_model() {
     return "unknown";
 }
 
+/// Writes random K/V (unit scale, like the normed keys and values) for positions [0, n) of every
+/// sequence, in chunks, as a prefill would but without computing anything: sliding layers only
+/// get the positions a later query still sees; pages out of the window are dropped by advance().
+void fill_cache(const Gemma4Config& c, KVCache<float>& cache, const std::vector<SeqId>& seqs, std::int64_t n) {
+    constexpr std::int64_t kChunk = 4096;
+    std::int64_t kv_max = 0;
+    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) kv_max = std::max(kv_max, c.layer(l).kv_dim());
+    std::vector<float> k(static_cast<std::size_t>(kv_max)), v(k.size());
+    std::uint64_t state = 0x9e3779b97f4a7c15ull;
+    auto refill = [&] {
+        for (std::size_t i = 0; i < k.size(); ++i) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            k[i] = static_cast<float>(static_cast<double>(state >> 40) * 0x1.0p-24 * 3.4 - 1.7);
+            v[i] = static_cast<float>(static_cast<double>((state >> 16) & 0xffffff) * 0x1.0p-24 * 3.4 - 1.7);
+        }
+    };
+    for (const SeqId s : seqs)
+        for (std::int64_t p0 = 0; p0 < n; p0 += kChunk) {
+            const std::int64_t len = std::min(kChunk, n - p0);
+            cache.reserve(s, len);
+            for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+                const bool sliding = c.layer(l).kind == AttentionKind::Sliding;
+                for (std::int64_t p = p0; p < p0 + len; ++p) {
+                    if (sliding && p < n - c.sliding_window) continue;  // never visible again
+                    if (p % 64 == 0) refill();  // fresh values now and then; generating them is not the point
+                    cache.store(l, s, p, k.data(), v.data());
+                }
+            }
+            cache.advance(s, len);
+        }
+}
+
 int run(cli::Args& args) {
     const std::string config_name = args.get("config").value_or("gemma-4-12b");
     const std::string weights = args.require("weights");
@@ -155,6 +193,8 @@ int run(cli::Args& args) {
     const auto threads = args.number<unsigned>("threads", 0);
     const auto batch_opt = args.get("batch");
     const auto bw_mb = args.number<std::int64_t>("bandwidth-mb", 1536);
+    const auto context = args.number<std::int64_t>("context", 0);
+    const std::string kv = args.get("kv").value_or("float");
     const bool json = args.flag("json");
     args.finish();
     if (!random) throw InvalidArgument("bench: only --random-weights is supported (weights are generated in memory)");
@@ -165,6 +205,10 @@ int run(cli::Args& args) {
     const std::int64_t B = batch_opt ? args.parse_number<std::int64_t>("batch", *batch_opt) : 1;
     if (layers < 1 || layers > kGemma4_12B.num_hidden_layers) throw InvalidArgument("bench: --layers must be in [1, 48]");
     if (P < 1 || G < 1 || B < 1) throw InvalidArgument("bench: --prompt-tokens, --gen-tokens and --batch must be >= 1");
+    if (kv != "float" && kv != "int8") throw InvalidArgument("bench: --kv must be float or int8, got '" + kv + "'");
+    if (context < 0 || context + G > kGemma4_12B.max_position_embeddings)
+        throw InvalidArgument("bench: --context plus --gen-tokens must be within max_position_embeddings (" +
+                              std::to_string(kGemma4_12B.max_position_embeddings) + ")");
     auto say = [&](const std::string& s) {
         if (!json) std::fprintf(stderr, "%s\n", s.c_str());
     };
@@ -185,7 +229,7 @@ int run(cli::Args& args) {
     const Model<float> model(std::move(ck), ModelOptions{threads});
 
     // prefill: B sequences of P tokens, one step each
-    KVCache<float> cache = model.make_cache();
+    KVCache<float> cache = model.make_cache(KVCacheOptions{.kv_dtype = kv == "int8" ? KVDtype::Int8 : KVDtype::Float});
     std::vector<SeqId> seqs;
     std::vector<std::vector<std::int32_t>> prompts;
     for (std::int64_t b = 0; b < B; ++b) {
@@ -200,11 +244,20 @@ int run(cli::Args& args) {
         const std::int32_t id[2] = {2, 3};
         model.forward(std::span<const std::int32_t>(id, 2), warm, s, LogitsMode::Last);
     }
-    say("prefill " + std::to_string(P) + " tokens ...");
-    t0 = Clock::now();
-    for (std::int64_t b = 0; b < B; ++b) model.forward(prompts[static_cast<std::size_t>(b)], cache, seqs[static_cast<std::size_t>(b)], LogitsMode::Last);
-    const double prefill_s = seconds_since(t0);
-    const double prefill_flops = static_cast<double>(B) * step_flops(c, P, 1, 0);
+    double prefill_s = 0, prefill_flops = 0, fill_s = 0;
+    if (context > 0) {
+        say("filling the KV cache with " + std::to_string(context) + " random positions per sequence ...");
+        t0 = Clock::now();
+        fill_cache(c, cache, seqs, context);
+        fill_s = seconds_since(t0);
+    } else {
+        say("prefill " + std::to_string(P) + " tokens ...");
+        t0 = Clock::now();
+        for (std::int64_t b = 0; b < B; ++b) model.forward(prompts[static_cast<std::size_t>(b)], cache, seqs[static_cast<std::size_t>(b)], LogitsMode::Last);
+        prefill_s = seconds_since(t0);
+        prefill_flops = static_cast<double>(B) * step_flops(c, P, 1, 0);
+    }
+    const std::size_t kv_bytes = cache.bytes_in_use();
 
     say("decode " + std::to_string(G) + " steps of " + std::to_string(B) + " sequence(s) ...");
     std::vector<std::int32_t> next(static_cast<std::size_t>(B));
@@ -219,7 +272,7 @@ int run(cli::Args& args) {
     }
     const double decode_s = seconds_since(t0);
 
-    const double prefill_tps = static_cast<double>(B * P) / prefill_s;
+    const double prefill_tps = prefill_s > 0 ? static_cast<double>(B * P) / prefill_s : 0.0;
     const double decode_tps = static_cast<double>(B * G) / decode_s;
     const double steps_per_s = static_cast<double>(G) / decode_s;
     const double bytes_per_token = weight_bytes / static_cast<double>(B);
@@ -237,14 +290,21 @@ int run(cli::Args& args) {
                      {"weight_bytes_per_token", bytes_per_token},
                      {"measured_read_bandwidth_bytes_per_s", bandwidth},
                      {"decode_bandwidth_fraction", achieved / bandwidth},
-                     {"prefill_flops_per_s", prefill_flops / prefill_s},
+                     {"prefill_flops_per_s", prefill_s > 0 ? prefill_flops / prefill_s : 0.0},
                      {"measured_peak_fma_flops_per_s", peak_fma},
                      {"measured_peak_int8_ops_per_s", peak_int8},
-                     {"prefill_fraction_of_fma_peak", prefill_flops / prefill_s / peak_fma},
+                     {"prefill_fraction_of_fma_peak", prefill_s > 0 ? prefill_flops / prefill_s / peak_fma : 0.0},
+                     {"decode_ms_per_step", 1e3 * decode_s / static_cast<double>(G)},
+                     {"kv_dtype", kv},
+                     {"kv_bytes_in_use", kv_bytes},
                      {"peak_rss_bytes", rss},
                      {"weight_generation_s", gen_s},
                      {"cpu", cpu_model()}};
     if (batch_opt) j["batch"] = B;
+    if (context > 0) {
+        j["context"] = context;
+        j["kv_fill_s"] = fill_s;
+    }
     if (json) {
         std::printf("%s\n", j.dump().c_str());
         return 0;
@@ -256,10 +316,15 @@ int run(cli::Args& args) {
     std::printf("decode    %8.2f tok/s   (%lld steps x %lld)\n", decode_tps, static_cast<long long>(G), static_cast<long long>(B));
     std::printf("weights   %8.3f GB read per step, %.1f GB/s = %.0f%% of measured read bandwidth %.1f GB/s\n", weight_bytes / 1e9,
                 achieved / 1e9, 100 * achieved / bandwidth, bandwidth / 1e9);
+    std::printf("KV cache  %8.3f GB in use (%s), %.1f ms per decode step%s\n", static_cast<double>(kv_bytes) / 1e9, kv.c_str(),
+                1e3 * decode_s / static_cast<double>(G), context > 0 ? (" at context " + std::to_string(context)).c_str() : "");
     std::printf("peak RSS  %8.2f GB\n", static_cast<double>(rss) / 1e9);
     return 0;
 }
 
-const cli::Command reg{"bench", "prefill/decode speed with random weights at the 12B shapes (--weights int8|int4|bf16)", run};
+const cli::Command reg{"bench",
+                       "prefill/decode speed with random weights at the 12B shapes (--weights int8|int4|bf16, --batch B, "
+                       "--context N, --kv float|int8)",
+                       run};
 
 }  // namespace

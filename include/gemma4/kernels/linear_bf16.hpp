@@ -92,7 +92,8 @@ inline void linear_bf16(const WeightView& w, Rows<const float> x, Rows<float> y,
     const auto* wp = reinterpret_cast<const std::uint16_t*>(w.data);
     const std::int64_t tb = token_block(4 * K, Kn::TT);
     const float* xsp = xs.data();
-    pool.parallel_for(
+    // chunks claimed dynamically (see ThreadPool::parallel_chunks); a multiple of the row tile
+    pool.parallel_chunks(
         N,
         [&](std::int64_t n0, std::int64_t n1) {
             for (std::int64_t tb0 = 0; tb0 < tokens; tb0 += tb) {
@@ -102,7 +103,7 @@ inline void linear_bf16(const WeightView& w, Rows<const float> x, Rows<float> y,
                 for (; n < n1; ++n) Kn::row_tile<1>(wp, K, main, n, xsp, x, tb0, tb1, y);
             }
         },
-        16);
+        std::max<std::int64_t>(16, N / (16 * pool.size()) / Kn::R * Kn::R));
 }
 
 }  // namespace gemma4::detail

@@ -4,9 +4,12 @@
 
 #include <gemma4/kernels/simd.hpp>
 
+#include <xsimd/xsimd.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <numbers>
+#include <type_traits>
 
 namespace gemma4::kernels {
 
@@ -42,18 +45,38 @@ inline T gelu_tanh(T x) {
     return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
 }
 
-/// geluMul: y[i] = gelu_tanh(gate[i]) · up[i]
+/// geluMul: y[i] = gelu_tanh(gate[i]) · up[i]. In float, whole vectors go through xsimd's tanh
+/// (a scalar libm call, ≈ 50 ns per element, was ≈ 15 % of a prefill); double keeps std::tanh, the
+/// reference.
 template <class T>
 inline void gelu_mul(const T* gate, const T* up, std::int64_t n, T* y) {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = gelu_tanh(gate[i]) * up[i];
+    std::int64_t i = 0;
+    if constexpr (std::is_same_v<T, float>) {
+        using B = xsimd::batch<float>;
+        constexpr auto S = static_cast<std::int64_t>(B::size);
+        const B k(0.79788456080286535587989211986876f), c(0.044715f), half(0.5f), one(1.0f);
+        for (; i + S <= n; i += S) {
+            const B g = B::load_unaligned(gate + i);
+            const B t = xsimd::tanh(k * xsimd::fma(c * g, g * g, g));
+            (half * g * (one + t) * B::load_unaligned(up + i)).store_unaligned(y + i);
+        }
+    }
+    for (; i < n; ++i) y[i] = gelu_tanh(gate[i]) * up[i];
 }
 
-/// lmHead soft-cap: z ← cap · tanh(z / cap) (cap ≤ 0: unchanged).
+/// lmHead soft-cap: z ← cap · tanh(z / cap) (cap ≤ 0: unchanged). Vectorised in float as above.
 template <class T>
 inline void softcap(T* z, std::int64_t n, T cap) {
     if (cap <= T(0)) return;
     const T inv = T(1) / cap;
-    for (std::int64_t i = 0; i < n; ++i) z[i] = cap * std::tanh(z[i] * inv);
+    std::int64_t i = 0;
+    if constexpr (std::is_same_v<T, float>) {
+        using B = xsimd::batch<float>;
+        constexpr auto S = static_cast<std::int64_t>(B::size);
+        const B vc(cap), vi(inv);
+        for (; i + S <= n; i += S) (vc * xsimd::tanh(B::load_unaligned(z + i) * vi)).store_unaligned(z + i);
+    }
+    for (; i < n; ++i) z[i] = cap * std::tanh(z[i] * inv);
 }
 
 /// attn_residual: x ← x + h

@@ -5,6 +5,7 @@
 
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
+#include <gemma4/kernels/attention.hpp>
 #include <gemma4/kernels/linear.hpp>
 #include <gemma4/kernels/ops.hpp>
 #include <gemma4/layers/context.hpp>
@@ -101,34 +102,64 @@ public:
 
         // The step's keys and values go into the cache before any query reads it, so a chunk
         // attends to itself through the same path as to earlier positions.
-        for (std::int64_t t = 0; t < n; ++t) {
-            const SeqId s = ctx.tokens.seq[static_cast<std::size_t>(t)];
-            const std::int64_t p = ctx.tokens.pos[static_cast<std::size_t>(t)];
-            std::memcpy(ctx.cache.key(L, s, p), k + t * width, sizeof(T) * kvd);
-            std::memcpy(ctx.cache.value(L, s, p), v + t * width, sizeof(T) * kvd);
-        }
+        for (std::int64_t t = 0; t < n; ++t)
+            ctx.cache.store(L, ctx.tokens.seq[static_cast<std::size_t>(t)], ctx.tokens.pos[static_cast<std::size_t>(t)], k + t * width,
+                            v + t * width);
 
         // attn.core — softmax(q·kᵀ · 1) · v over the visible keys (scale 1: the norms set it).
+        // Work items are (token, kv head, span of keys) (kernels/attention.hpp): every cached row
+        // is read once for the q heads of its group, and long contexts split over threads.
         std::vector<T> o(static_cast<std::size_t>(n * qd));
-        const std::int64_t group = geom_.num_heads / geom_.num_kv_heads;
-        ctx.pool.parallel_for(n * geom_.num_heads, [&](std::int64_t begin, std::int64_t end) {
-            thread_local std::vector<T> scores;
-            for (std::int64_t task = begin; task < end; ++task) {
-                const std::int64_t t = task / geom_.num_heads, h = task % geom_.num_heads, g = h / group;
-                const SeqId s = ctx.tokens.seq[static_cast<std::size_t>(t)];
-                const std::int64_t p = ctx.tokens.pos[static_cast<std::size_t>(t)];
-                const std::int64_t lo = first_visible(p), hi = last_visible(ctx.tokens, t);
-                scores.resize(static_cast<std::size_t>(hi - lo + 1));
-                const T* qh = q + t * width + h * d;
-                for (std::int64_t j = lo; j <= hi; ++j)
-                    scores[static_cast<std::size_t>(j - lo)] = detail::dot(qh, ctx.cache.key(L, s, j) + g * d, d);
-                kernels::softmax(scores.data(), hi - lo + 1);
-                T* oh = o.data() + t * qd + h * d;
-                std::fill(oh, oh + d, T(0));
-                for (std::int64_t j = lo; j <= hi; ++j)
-                    detail::axpy(scores[static_cast<std::size_t>(j - lo)], ctx.cache.value(L, s, j) + g * d, oh, d);
+        const std::int64_t hkv = geom_.num_kv_heads, group = geom_.num_heads / hkv, part_size = group * (d + 2);
+        struct Span {
+            std::int64_t t, g, j0, j1;
+        };
+        std::vector<Span> spans;
+        std::vector<std::int64_t> first(static_cast<std::size_t>(n * hkv + 1));  // per (t, g): its first span
+        for (std::int64_t t = 0; t < n; ++t) {
+            const std::int64_t lo = first_visible(ctx.tokens.pos[static_cast<std::size_t>(t)]), hi = last_visible(ctx.tokens, t);
+            for (std::int64_t g = 0; g < hkv; ++g) {
+                first[static_cast<std::size_t>(t * hkv + g)] = static_cast<std::int64_t>(spans.size());
+                for (std::int64_t j0 = lo; j0 <= hi;) {
+                    const std::int64_t j1 = std::min(hi, (j0 / kernels::kAttnSpan + 1) * kernels::kAttnSpan - 1);
+                    spans.push_back({t, g, j0, j1});
+                    j0 = j1 + 1;
+                }
             }
-        });
+        }
+        first.back() = static_cast<std::int64_t>(spans.size());
+        std::vector<T> partial(spans.size() * static_cast<std::size_t>(part_size));
+        const bool int8 = ctx.cache.int8();
+        ctx.pool.parallel_chunks(static_cast<std::int64_t>(spans.size()), [&](std::int64_t begin, std::int64_t end) {
+            thread_local std::vector<T> scores;
+            for (std::int64_t i = begin; i < end; ++i) {
+                const Span& sp = spans[static_cast<std::size_t>(i)];
+                const SeqId s = ctx.tokens.seq[static_cast<std::size_t>(sp.t)];
+                const std::int64_t g = sp.g;
+                const std::size_t need = static_cast<std::size_t>(group * (sp.j1 - sp.j0 + 1));
+                if (scores.size() < need) scores.resize(need);
+                const T* qg = q + sp.t * width + g * group * d;
+                T* part = partial.data() + i * part_size;
+                const KVCache<T>& cache = ctx.cache;
+                if (int8) {
+                    auto row = [&, g](KVInt8Row r) { return kernels::Int8HeadRow{r.codes + g * d, r.scales[g]}; };
+                    kernels::attend_span(
+                        qg, group, d, sp.j0, sp.j1, [&](std::int64_t j) { return row(cache.key_int8(L, s, j)); },
+                        [&](std::int64_t j) { return row(cache.value_int8(L, s, j)); }, scores.data(), part);
+                } else {
+                    kernels::attend_span(
+                        qg, group, d, sp.j0, sp.j1, [&](std::int64_t j) { return cache.key(L, s, j) + g * d; },
+                        [&](std::int64_t j) { return cache.value(L, s, j) + g * d; }, scores.data(), part);
+                }
+            }
+        }, 1);
+        for (std::int64_t t = 0; t < n; ++t)
+            for (std::int64_t g = 0; g < hkv; ++g) {
+                const std::int64_t f = first[static_cast<std::size_t>(t * hkv + g)], count = first[static_cast<std::size_t>(t * hkv + g + 1)] - f;
+                for (std::int64_t h = 0; h < group; ++h)
+                    kernels::merge_spans(partial.data() + f * part_size + h * (d + 2), count, part_size, d,
+                                         o.data() + t * qd + (g * group + h) * d);
+            }
         tap(obs, L, "attn.core", o.data(), n, qd, qd);
 
         // attn.o_proj

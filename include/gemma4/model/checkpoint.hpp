@@ -98,7 +98,7 @@ struct LoadOptions {
     /// Format of the big matrices in memory (model/quantize.hpp); AsStored: as in the files.
     WeightFormat format = WeightFormat::AsStored;
     /// Progress of re-encoding at load (none when the checkpoint is already in `format`).
-    QuantizeProgress progress;
+    QuantizeProgress progress{};
 };
 
 namespace detail {

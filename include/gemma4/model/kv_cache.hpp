@@ -3,6 +3,11 @@
 // only the pages that intersect the window, so their memory stops growing at the window; pages
 // freed by one sequence are reused by any other. Pages carry reference counts so that sequences
 // may later share a common prefix.
+//
+// K/V are held in the model's scalar type T (default, exact) or, with KVDtype::Int8, as int8
+// codes with one float scale per (position, kv head): max|x| / 127, so each stored element is
+// within scale / 2 of the value written. That cuts a position's bytes to ≈ 1/4 (float) or ≈ 1/8
+// (double) for long contexts; attention then reads the codes with fused dequantization.
 #pragma once
 
 #include <gemma4/config.hpp>
@@ -10,7 +15,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,11 +26,23 @@ namespace gemma4 {
 
 using SeqId = std::int32_t;
 
+/// How K/V are stored: in the model's scalar type (exact), or int8 with a scale per head.
+enum class KVDtype : std::uint8_t { Float, Int8 };
+
 struct KVCacheOptions {
     /// Upper bound on the bytes of K/V pages held at once (0: no bound).
     std::size_t max_bytes = 0;
     /// Upper bound on live sequences.
     std::int32_t max_sequences = 256;
+    /// Storage of K/V (Float: the model's scalar type T).
+    KVDtype kv_dtype = KVDtype::Float;
+};
+
+/// One cached K or V row stored as int8: codes [kv_heads · head_dim] and a scale per head;
+/// element i is codes[i] · scales[i / head_dim].
+struct KVInt8Row {
+    const std::int8_t* codes;
+    const float* scales;
 };
 
 template <class T>
@@ -40,8 +59,23 @@ public:
             layer_slot_.push_back({kind_index(g.kind), pool.layers});
             ++pool.layers;
             pool.kv_dim = g.kv_dim();  // the same for every layer of one kind
+            pool.head_dim = g.head_dim;
         }
-        for (Pool& p : pools_) p.page_elems = p.layers * 2 * kPageSize * p.kv_dim;
+        for (Pool& p : pools_) {
+            const std::int64_t rows = p.layers * 2 * kPageSize;  // (layer, K/V, position) rows
+            p.page_bytes = int8() ? static_cast<std::size_t>(rows * p.kv_dim) + static_cast<std::size_t>(rows * heads(p)) * sizeof(float)
+                                  : static_cast<std::size_t>(rows * p.kv_dim) * sizeof(T);
+        }
+    }
+
+    /// Whether K/V are stored as int8 (KVDtype::Int8): then use store() and key_int8() /
+    /// value_int8() instead of the T* accessors.
+    bool int8() const { return options_.kv_dtype == KVDtype::Int8; }
+
+    /// Bytes of K and V for one position of one layer of `kind` (page rounding aside).
+    std::size_t bytes_per_position(AttentionKind kind) const {
+        const Pool& p = pools_[kind_index(kind)];
+        return p.layers ? p.page_bytes / static_cast<std::size_t>(p.layers * kPageSize) : 0;
     }
 
     // ---- sequences -------------------------------------------------------------------------
@@ -129,11 +163,41 @@ public:
 
     // ---- storage ---------------------------------------------------------------------------
 
-    /// K of `layer` at position `pos` of sequence s: [kv_heads · head_dim].
-    T* key(std::int64_t layer, SeqId s, std::int64_t pos) { return slot(layer, s, pos, 0); }
-    T* value(std::int64_t layer, SeqId s, std::int64_t pos) { return slot(layer, s, pos, 1); }
-    const T* key(std::int64_t layer, SeqId s, std::int64_t pos) const { return const_cast<KVCache*>(this)->slot(layer, s, pos, 0); }
-    const T* value(std::int64_t layer, SeqId s, std::int64_t pos) const { return const_cast<KVCache*>(this)->slot(layer, s, pos, 1); }
+    /// K of `layer` at position `pos` of sequence s: [kv_heads · head_dim] (Float caches).
+    T* key(std::int64_t layer, SeqId s, std::int64_t pos) { return float_slot(layer, s, pos, 0); }
+    T* value(std::int64_t layer, SeqId s, std::int64_t pos) { return float_slot(layer, s, pos, 1); }
+    const T* key(std::int64_t layer, SeqId s, std::int64_t pos) const { return const_cast<KVCache*>(this)->float_slot(layer, s, pos, 0); }
+    const T* value(std::int64_t layer, SeqId s, std::int64_t pos) const { return const_cast<KVCache*>(this)->float_slot(layer, s, pos, 1); }
+
+    /// K or V of `layer` at `pos` of an Int8 cache.
+    KVInt8Row key_int8(std::int64_t layer, SeqId s, std::int64_t pos) const { return int8_slot(layer, s, pos, 0); }
+    KVInt8Row value_int8(std::int64_t layer, SeqId s, std::int64_t pos) const { return int8_slot(layer, s, pos, 1); }
+
+    /// Writes K and V ([kv_heads · head_dim] each) of `layer` at `pos`, quantizing them for an
+    /// Int8 cache. Positions must have been reserved.
+    void store(std::int64_t layer, SeqId s, std::int64_t pos, const T* k, const T* v) {
+        const Pool& p = pools_[layer_slot_[static_cast<std::size_t>(layer)].kind];
+        if (!int8()) {
+            std::memcpy(float_slot(layer, s, pos, 0), k, sizeof(T) * static_cast<std::size_t>(p.kv_dim));
+            std::memcpy(float_slot(layer, s, pos, 1), v, sizeof(T) * static_cast<std::size_t>(p.kv_dim));
+            return;
+        }
+        for (int kv = 0; kv < 2; ++kv) {
+            const KVInt8Row row = int8_slot(layer, s, pos, kv);
+            const T* x = kv ? v : k;
+            for (std::int64_t h = 0; h * p.head_dim < p.kv_dim; ++h) {
+                const T* xh = x + h * p.head_dim;
+                T amax = 0;
+                for (std::int64_t i = 0; i < p.head_dim; ++i) amax = std::max(amax, static_cast<T>(std::fabs(xh[i])));
+                const float d = static_cast<float>(amax / T(127));
+                const T inv = amax > 0 ? T(127) / amax : T(0);
+                auto* codes = const_cast<std::int8_t*>(row.codes) + h * p.head_dim;
+                for (std::int64_t i = 0; i < p.head_dim; ++i)
+                    codes[i] = static_cast<std::int8_t>(std::clamp(static_cast<int>(std::nearbyint(xh[i] * inv)), -127, 127));
+                const_cast<float*>(row.scales)[h] = d;
+            }
+        }
+    }
 
     /// Pages currently held by sequences, per kind (0 sliding, 1 full).
     std::int64_t pages_in_use(AttentionKind kind) const {
@@ -144,12 +208,12 @@ public:
         std::size_t b = 0;
         for (int k = 0; k < 2; ++k)
             b += static_cast<std::size_t>(pages_in_use(k == 0 ? AttentionKind::Sliding : AttentionKind::Full)) *
-                 static_cast<std::size_t>(pools_[k].page_elems) * sizeof(T);
+                 pools_[k].page_bytes;
         return b;
     }
     std::size_t bytes_allocated() const {
         std::size_t b = 0;
-        for (const Pool& p : pools_) b += p.storage.size() * static_cast<std::size_t>(p.page_elems) * sizeof(T);
+        for (const Pool& p : pools_) b += p.storage.size() * p.page_bytes;
         return b;
     }
     std::int64_t window() const { return window_; }
@@ -168,8 +232,11 @@ private:
     struct Pool {
         std::int64_t layers = 0;
         std::int64_t kv_dim = 0;
-        std::int64_t page_elems = 0;  // layers × {K, V} × 16 × kv_dim
-        std::vector<std::unique_ptr<T[]>> storage;
+        std::int64_t head_dim = 0;
+        /// Float: layers × {K, V} × 16 × kv_dim values of T. Int8: as many int8 codes, then
+        /// layers × {K, V} × 16 × kv_heads float scales.
+        std::size_t page_bytes = 0;
+        std::vector<std::unique_ptr<std::byte[]>> storage;
         std::vector<std::int32_t> refcount;
         std::vector<std::int32_t> free;
     };
@@ -199,11 +266,11 @@ private:
             p.refcount[static_cast<std::size_t>(id)] = 1;
             return id;
         }
-        const std::size_t page_bytes = static_cast<std::size_t>(p.page_elems) * sizeof(T);
-        if (options_.max_bytes && bytes_allocated() + page_bytes > options_.max_bytes)
+        if (options_.max_bytes && bytes_allocated() + p.page_bytes > options_.max_bytes)
             throw ContextLengthError("KV cache: memory budget of " + std::to_string(options_.max_bytes) +
                                      " bytes exhausted (" + std::to_string(bytes_allocated()) + " bytes in pages)");
-        p.storage.push_back(std::make_unique<T[]>(static_cast<std::size_t>(p.page_elems)));
+        // operator new aligns to at least alignof(std::max_align_t), enough for T and the scales
+        p.storage.push_back(std::make_unique<std::byte[]>(p.page_bytes));
         p.refcount.push_back(1);
         return static_cast<std::int32_t>(p.storage.size() - 1);
     }
@@ -211,7 +278,7 @@ private:
     std::int32_t copy_page(int k, std::int32_t page) {
         const std::int32_t copy = allocate(k);
         Pool& p = pools_[k];
-        std::copy_n(p.storage[static_cast<std::size_t>(page)].get(), p.page_elems, p.storage[static_cast<std::size_t>(copy)].get());
+        std::copy_n(p.storage[static_cast<std::size_t>(page)].get(), p.page_bytes, p.storage[static_cast<std::size_t>(copy)].get());
         release(k, page);
         return copy;
     }
@@ -221,13 +288,33 @@ private:
         if (--p.refcount[static_cast<std::size_t>(page)] == 0) p.free.push_back(page);
     }
 
-    T* slot(std::int64_t layer, SeqId s, std::int64_t pos, int kv) {
+    static std::int64_t heads(const Pool& p) { return p.head_dim ? p.kv_dim / p.head_dim : 0; }
+
+    /// The page holding `pos` and the index of the (layer, K/V, position) row within it.
+    std::byte* row_of(std::int64_t layer, SeqId s, std::int64_t pos, int kv, const Pool*& pool, std::int64_t& row) const {
         const LayerSlot ls = layer_slot_[static_cast<std::size_t>(layer)];
         const Sequence& seq = seqs_[static_cast<std::size_t>(s)];
         const std::int32_t page = seq.table[ls.kind][static_cast<std::size_t>(pos / kPageSize)];
-        const Pool& p = pools_[ls.kind];
-        return p.storage[static_cast<std::size_t>(page)].get() +
-               ((ls.index * 2 + kv) * kPageSize + pos % kPageSize) * p.kv_dim;
+        pool = &pools_[ls.kind];
+        row = (ls.index * 2 + kv) * kPageSize + pos % kPageSize;
+        return pool->storage[static_cast<std::size_t>(page)].get();
+    }
+
+    T* float_slot(std::int64_t layer, SeqId s, std::int64_t pos, int kv) {
+        if (int8()) throw InvalidArgument("KV cache: this cache stores int8 K/V; use store() and key_int8()/value_int8()");
+        const Pool* p;
+        std::int64_t row;
+        std::byte* page = row_of(layer, s, pos, kv, p, row);
+        return reinterpret_cast<T*>(page) + row * p->kv_dim;
+    }
+
+    KVInt8Row int8_slot(std::int64_t layer, SeqId s, std::int64_t pos, int kv) const {
+        const Pool* p;
+        std::int64_t row;
+        std::byte* page = row_of(layer, s, pos, kv, p, row);
+        const std::int64_t rows = p->layers * 2 * kPageSize;
+        return {reinterpret_cast<const std::int8_t*>(page) + row * p->kv_dim,
+                reinterpret_cast<const float*>(page + rows * p->kv_dim) + row * heads(*p)};
     }
 
     KVCacheOptions options_;

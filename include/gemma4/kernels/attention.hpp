@@ -1,0 +1,231 @@
+// Attention over the KV cache (spec node attn.core), split into spans of keys so that long
+// contexts use every thread and each cached K/V row is read once for all the query heads that
+// share it (grouped-query attention).
+//
+// A span is a fixed range of absolute key positions ([i · kSpan, (i + 1) · kSpan)), so how the
+// keys of a query are cut depends only on the query, never on the thread count or on the other
+// tokens of the step; spans are merged in position order. Each span yields, per query head, the
+// running maximum m, the sum l of exp(s − m) and acc = Σ exp(s − m) · v; the merge rescales them
+// to the overall maximum (the usual online-softmax identity).
+#pragma once
+
+#include <gemma4/kernels/simd.hpp>
+#include <gemma4/model/kv_cache.hpp>
+
+#include <xsimd/xsimd.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
+
+namespace gemma4::kernels {
+
+/// Key positions per span: the unit of work and of the merge.
+inline constexpr std::int64_t kAttnSpan = 2048;
+
+/// One cached row of one kv head stored as int8 with its scale.
+struct Int8HeadRow {
+    const std::int8_t* codes;
+    float scale;
+};
+
+namespace detail_attn {
+
+#if defined(__AVX512F__)
+// GCC 12 reports the intrinsics' own `_mm512_undefined_*` pass-through operands (PR 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+/// Σ q[i] · codes[i] in T.
+template <class T>
+inline T dot_i8(const T* q, const std::int8_t* c, std::int64_t n) {
+    std::int64_t i = 0;
+    T s = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        for (; i + 32 <= n; i += 32) {
+            const __m512 c0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i))));
+            const __m512 c1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i + 16))));
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), c0, a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), c1, a1);
+        }
+        s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    }
+#endif
+    for (; i < n; ++i) s += q[i] * static_cast<T>(c[i]);
+    return s;
+}
+
+/// y[i] += a · codes[i]
+template <class T>
+inline void axpy_i8(T a, const std::int8_t* c, T* y, std::int64_t n) {
+    std::int64_t i = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        const __m512 va = _mm512_set1_ps(a);
+        for (; i + 16 <= n; i += 16) {
+            const __m512 cv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i))));
+            _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, cv, _mm512_loadu_ps(y + i)));
+        }
+    }
+#endif
+    for (; i < n; ++i) y[i] += a * static_cast<T>(c[i]);
+}
+
+#if defined(__AVX512F__)
+#pragma GCC diagnostic pop
+#endif
+
+/// Brings a cached row of d elements towards L1 (rows of one head are 1 of kv_heads slices of a
+/// position, a stride the hardware prefetcher does not follow ahead).
+template <class T>
+inline void row_prefetch(const T* r, std::int64_t d) {
+#if defined(__SSE__)
+    const auto* p = reinterpret_cast<const char*>(r);
+    for (std::int64_t b = 0; b < d * static_cast<std::int64_t>(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+#else
+    (void)r, (void)d;
+#endif
+}
+inline void row_prefetch(Int8HeadRow r, std::int64_t d) { row_prefetch(r.codes, d / static_cast<std::int64_t>(sizeof(float))); }
+
+template <class T>
+inline T row_dot(const T* q, const T* k, std::int64_t d) { return gemma4::detail::dot(q, k, d); }
+template <class T>
+inline T row_dot(const T* q, Int8HeadRow k, std::int64_t d) { return static_cast<T>(k.scale) * dot_i8(q, k.codes, d); }
+template <class T>
+inline void row_axpy(T a, const T* v, T* y, std::int64_t d) { gemma4::detail::axpy(a, v, y, d); }
+template <class T>
+inline void row_axpy(T a, Int8HeadRow v, T* y, std::int64_t d) { axpy_i8(a * static_cast<T>(v.scale), v.codes, y, d); }
+
+/// Elements [i0, i0 + B::size) of a cached row as a batch (int8 rows: code · scale).
+template <class B, class T>
+inline B row_batch(const T* r, std::int64_t i0) { return B::load_unaligned(r + i0); }
+template <class B>
+inline B row_batch(Int8HeadRow r, std::int64_t i0) {
+    using T = typename B::value_type;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float> && B::size == 16)
+        return B(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.codes + i0)))),
+                               _mm512_set1_ps(r.scale)));
+#endif
+    alignas(64) T tmp[B::size];
+    for (std::size_t i = 0; i < B::size; ++i) tmp[i] = static_cast<T>(r.codes[i0 + static_cast<std::int64_t>(i)]) * static_cast<T>(r.scale);
+    return B::load_aligned(tmp);
+}
+
+/// The value pass of attend_span, register-blocked: up to 4 heads × 4 batches of d stay in
+/// registers across all keys of the span (one pass per 4·S-wide slice of d and per 4 heads), so
+/// each V element is loaded once per 4 heads instead of updating every head's accumulator in
+/// memory per key. Needs d to be a multiple of 4·S.
+template <class T, class ValueAt>
+void value_pass_blocked(std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, ValueAt value, const T* scores,
+                        T* part) {
+    using B = xsimd::batch<T>;
+    constexpr auto S = static_cast<std::int64_t>(B::size);
+    const std::int64_t len = j1 - j0 + 1;
+    for (std::int64_t d0 = 0; d0 < d; d0 += 4 * S)
+        for (std::int64_t h0 = 0; h0 < group; h0 += 4) {
+            const std::int64_t hb = std::min<std::int64_t>(4, group - h0);
+            B acc[4][4];
+            for (auto& a : acc)
+                for (auto& b : a) b = B(T(0));
+            for (std::int64_t j = j0; j <= j1; ++j) {
+                const auto vr = value(j);
+                const B v0 = row_batch<B>(vr, d0), v1 = row_batch<B>(vr, d0 + S), v2 = row_batch<B>(vr, d0 + 2 * S),
+                        v3 = row_batch<B>(vr, d0 + 3 * S);
+                for (std::int64_t hh = 0; hh < hb; ++hh) {
+                    const B p(scores[(h0 + hh) * len + (j - j0)]);
+                    acc[hh][0] = xsimd::fma(p, v0, acc[hh][0]);
+                    acc[hh][1] = xsimd::fma(p, v1, acc[hh][1]);
+                    acc[hh][2] = xsimd::fma(p, v2, acc[hh][2]);
+                    acc[hh][3] = xsimd::fma(p, v3, acc[hh][3]);
+                }
+            }
+            for (std::int64_t hh = 0; hh < hb; ++hh)
+                for (int i = 0; i < 4; ++i) acc[hh][i].store_unaligned(part + (h0 + hh) * (d + 2) + 2 + d0 + i * S);
+        }
+}
+
+}  // namespace detail_attn
+
+/// Partial attention of `group` query heads (q + h · d, h < group) over keys [j0, j1] of one kv
+/// head: key(j) / value(j) give that head's row (const T* or Int8HeadRow). Writes, per head h at
+/// part + h · (d + 2): m, l, acc[d]. `scores` is scratch of group · (j1 − j0 + 1).
+template <class T, class KeyAt, class ValueAt>
+void attend_span(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, KeyAt key, ValueAt value,
+                 T* scores, T* part) {
+    const std::int64_t len = j1 - j0 + 1;
+    constexpr std::int64_t ahead = 4;  // rows prefetched ahead
+    for (std::int64_t j = j0; j <= j1; ++j) {  // each key row once for all heads of the group
+        if (j + ahead <= j1) detail_attn::row_prefetch(key(j + ahead), d);
+        const auto kr = key(j);
+        for (std::int64_t h = 0; h < group; ++h) scores[h * len + (j - j0)] = detail_attn::row_dot(q + h * d, kr, d);
+    }
+    for (std::int64_t h = 0; h < group; ++h) {
+        T* s = scores + h * len;
+        T mx = s[0];
+        for (std::int64_t i = 1; i < len; ++i) mx = s[i] > mx ? s[i] : mx;
+        T sum = 0;
+        std::int64_t i = 0;
+        if constexpr (std::is_same_v<T, float>) {  // libm's scalar exp dominated long contexts
+            using B = xsimd::batch<float>;
+            constexpr auto S = static_cast<std::int64_t>(B::size);
+            const B vm(mx);
+            B acc(0.0f);
+            for (; i + S <= len; i += S) {
+                const B e = xsimd::exp(B::load_unaligned(s + i) - vm);
+                e.store_unaligned(s + i);
+                acc += e;
+            }
+            sum = xsimd::hadd(acc);
+        }
+        for (; i < len; ++i) {
+            s[i] = std::exp(s[i] - mx);
+            sum += s[i];
+        }
+        T* ph = part + h * (d + 2);
+        ph[0] = mx;
+        ph[1] = sum;
+        std::fill(ph + 2, ph + 2 + d, T(0));
+    }
+    // Blocked only for large groups (the full layers' 16 heads): with 2 heads per kv head the
+    // per-key row walk below streams V better than 4 passes over slices of it (measured).
+    if (group >= 4 && d % (4 * static_cast<std::int64_t>(xsimd::batch<T>::size)) == 0)
+        return detail_attn::value_pass_blocked(group, d, j0, j1, value, scores, part);
+    for (std::int64_t j = j0; j <= j1; ++j) {
+        if (j + ahead <= j1) detail_attn::row_prefetch(value(j + ahead), d);
+        const auto vr = value(j);
+        for (std::int64_t h = 0; h < group; ++h) detail_attn::row_axpy(scores[h * len + (j - j0)], vr, part + h * (d + 2) + 2, d);
+    }
+}
+
+/// out[0, d) = the softmax-weighted sum of `spans` partials of one head (m, l, acc[d], one span
+/// every `stride` values), merged in order.
+template <class T>
+void merge_spans(const T* partial, std::int64_t spans, std::int64_t stride, std::int64_t d, T* out) {
+    T mx = partial[0];
+    for (std::int64_t i = 1; i < spans; ++i) mx = std::max(mx, partial[i * stride]);
+    T l = 0;
+    std::fill(out, out + d, T(0));
+    for (std::int64_t i = 0; i < spans; ++i) {
+        const T* p = partial + i * stride;
+        const T f = spans == 1 ? T(1) : std::exp(p[0] - mx);
+        l += f * p[1];
+        gemma4::detail::axpy(f, p + 2, out, d);
+    }
+    const T inv = T(1) / l;
+    for (std::int64_t i = 0; i < d; ++i) out[i] *= inv;
+}
+
+}  // namespace gemma4::kernels
