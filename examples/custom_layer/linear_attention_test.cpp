@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <map>
 
+#include <unistd.h>
+
 namespace {
 
 using Taps = std::map<std::string, std::vector<double>>;
@@ -23,7 +25,8 @@ struct Recorder {
 
 std::filesystem::path checkpoint() {
     static const auto dir = [] {
-        const auto d = std::filesystem::temp_directory_path() / "gemma4_custom_layer_test";
+        // Private to this process: ctest runs the test cases in parallel processes.
+        const auto d = std::filesystem::temp_directory_path() / ("gemma4_custom_layer_test." + std::to_string(::getpid()));
         gemma4::write_random_checkpoint(d, gemma4::tiny_config(), {.seed = 17});
         return d;
     }();

@@ -11,9 +11,13 @@
 #include <sstream>
 #include <string>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 namespace {
 
-const std::filesystem::path kDir = std::filesystem::path(GEMMA4_TEST_TMP_DIR) / "cli_tokenize";
+// Private to this process: ctest runs the test cases of this file in parallel processes.
+const std::filesystem::path kDir = std::filesystem::path(GEMMA4_TEST_TMP_DIR) / ("cli_tokenize." + std::to_string(::getpid()));
 
 std::string slurp(const std::filesystem::path& p) {
     std::ifstream in(p, std::ios::binary);
