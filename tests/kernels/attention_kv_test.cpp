@@ -11,31 +11,13 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/kernel_test_support.hpp"
+
 using namespace gemma4;
+using gemma4::test::Rng;
 
 namespace {
 
-struct Rng {
-    std::uint64_t s;
-    double uniform() {  // [-1, 1)
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        return static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0;
-    }
-};
-
-Gemma4Config kv_config() {
-    Gemma4Config c = tiny_config();
-    c.vocab_size = 1024;
-    c.hidden_size = 256;
-    c.intermediate_size = 640;
-    c.num_hidden_layers = 4;
-    c.head_dim = 64;
-    c.global_head_dim = 128;
-    c.sliding_window = 16;
-    c.layer_types = Gemma4Config::default_layer_types(4);
-    c.layer_types[3] = AttentionKind::Full;
-    return c;
-}
 
 std::vector<std::int32_t> ids_for(std::int64_t n, std::int64_t vocab, std::uint32_t seed) {
     std::vector<std::int32_t> ids;
@@ -92,7 +74,7 @@ TEST_CASE("attention in spans equals a direct softmax over all keys", "[kernels]
 }
 
 TEST_CASE("int8 KV cache: values within half a step, a quarter of the float bytes, copy on write", "[kernels][cache][int8]") {
-    const Gemma4Config c = kv_config();
+    const Gemma4Config c = test::small_model_config();
     KVCache<float> f(c), q(c, KVCacheOptions{.kv_dtype = KVDtype::Int8});
     CHECK_FALSE(f.int8());
     CHECK(q.int8());
@@ -149,7 +131,7 @@ TEST_CASE("int8 KV cache: values within half a step, a quarter of the float byte
 
 TEST_CASE("logits with the int8 KV cache stay close to the float cache", "[kernels][cache][int8]") {
     const auto dir = test::temp_dir("kv_int8_logits");
-    const Gemma4Config c = kv_config();
+    const Gemma4Config c = test::small_model_config();
     write_random_checkpoint(dir, c, {.seed = 17, .dtype = DType::BF16});
     const Model<float> model = Model<float>::load(dir, ModelOptions{2});
     double worst = 0, scale = 0, kl = 0;

@@ -13,23 +13,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kernels/kernel_test_support.hpp"
+
 using namespace gemma4;
+using gemma4::test::Rng;
 
 namespace {
 
-Gemma4Config quality_config() {
-    Gemma4Config c = tiny_config();
-    c.vocab_size = 1024;
-    c.hidden_size = 256;
-    c.intermediate_size = 640;
-    c.num_hidden_layers = 4;
-    c.head_dim = 64;
-    c.global_head_dim = 128;
-    c.sliding_window = 16;
-    c.layer_types = Gemma4Config::default_layer_types(4);
-    c.layer_types[3] = AttentionKind::Full;
-    return c;
-}
 
 std::vector<std::vector<std::int32_t>> prompts(std::int64_t vocab) {
     std::vector<std::vector<std::int32_t>> p;
@@ -87,7 +77,7 @@ Quality compare(const Model<double>& ref, const Model<T>& m, const std::vector<s
 
 TEST_CASE("logits quality of each weight format against the double path", "[formats][quality]") {
     const auto dir = test::temp_dir("formats_quality");
-    const Gemma4Config c = quality_config();
+    const Gemma4Config c = test::small_model_config();
     write_random_checkpoint(dir, c, {.seed = 5, .dtype = DType::BF16});
     const auto ps = prompts(c.vocab_size);
     const Model<double> ref = Model<double>::load(dir, ModelOptions{2});

@@ -14,17 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_test_support.hpp"
+
 using namespace gemma4;
+using gemma4::test::Rng;
 
 namespace {
-
-struct Rng {
-    std::uint64_t s;
-    double uniform() {  // [-1, 1)
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        return static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0;
-    }
-};
 
 /// A weight matrix in one storage format, owning its bytes, plus its exact values as stored.
 struct TestWeight {

@@ -1,0 +1,34 @@
+// Shared by the kernel tests: a fully specified random generator and a checkpoint configuration
+// larger than tiny_config() (wide enough for whole quantization blocks and SIMD tiles).
+#pragma once
+
+#include <gemma4/config.hpp>
+#include <gemma4/model/random_checkpoint.hpp>
+
+#include <cstdint>
+
+namespace gemma4::test {
+
+struct Rng {
+    std::uint64_t s;
+    double uniform() {  // [-1, 1)
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0;
+    }
+};
+
+inline Gemma4Config small_model_config() {
+    Gemma4Config c = tiny_config();
+    c.vocab_size = 1024;
+    c.hidden_size = 256;
+    c.intermediate_size = 640;
+    c.num_hidden_layers = 4;
+    c.head_dim = 64;
+    c.global_head_dim = 128;
+    c.sliding_window = 16;
+    c.layer_types = Gemma4Config::default_layer_types(4);
+    c.layer_types[3] = AttentionKind::Full;
+    return c;
+}
+
+}  // namespace gemma4::test
