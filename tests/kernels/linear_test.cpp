@@ -28,7 +28,10 @@ struct TestWeight {
     std::vector<double> values;  // [N, K], what the format holds (dequantized)
 };
 
-TestWeight make_weight(DType dtype, std::int64_t N, std::int64_t K, std::uint64_t seed) {
+/// Q8/Q4 weights are made in the file layout (rows) and, unless `layout` says Rows, re-laid as
+/// panels, as the model holds them.
+TestWeight make_weight(DType dtype, std::int64_t N, std::int64_t K, std::uint64_t seed,
+                       WeightView::Layout layout = WeightView::Layout::Panels) {
     Rng rng{seed};
     std::vector<float> src(static_cast<std::size_t>(N * K));
     for (std::size_t i = 0; i < src.size(); ++i) {
@@ -47,6 +50,21 @@ TestWeight make_weight(DType dtype, std::int64_t N, std::int64_t K, std::uint64_
             quant::quantize_row(dtype, src.data() + n * K, K, w.bytes.data() + n * rb,
                                 reinterpret_cast<std::uint16_t*>(w.scales.data()) + n * nb);
         w.view.scales = w.scales.data();
+        w.view.layout = WeightView::Layout::Rows;
+        if (layout == WeightView::Layout::Panels) {
+            const std::int64_t np = quant::panel_count(N), pb = quant::panel_bytes(dtype, K), ps = quant::panel_scale_count(K);
+            std::vector<std::byte> codes(static_cast<std::size_t>(np * pb));
+            std::vector<std::byte> scales(static_cast<std::size_t>(np * ps * 2));
+            auto* sc = reinterpret_cast<std::uint16_t*>(scales.data());
+            for (std::int64_t p = 0; p < np; ++p) quant::clear_panel(dtype, K, codes.data() + p * pb, sc + p * ps);
+            for (std::int64_t n = 0; n < N; ++n)
+                quant::row_to_panel(dtype, w.bytes.data() + n * rb, reinterpret_cast<const std::uint16_t*>(w.scales.data()) + n * nb, K,
+                                    n % quant::kPanelRows, codes.data() + n / quant::kPanelRows * pb, sc + n / quant::kPanelRows * ps);
+            w.bytes = std::move(codes);
+            w.scales = std::move(scales);
+            w.view.scales = w.scales.data();
+            w.view.layout = WeightView::Layout::Panels;
+        }
     } else {
         std::vector<double> d(src.begin(), src.end());
         w.bytes = encode_values(d, dtype);
@@ -193,7 +211,7 @@ TEST_CASE("linear is bit-identical for any thread count and token grouping", "[k
     ThreadPool one(1), two(2), three(3);
     for (DType dtype : {DType::BF16, DType::Q8, DType::Q4}) {
         INFO(dtype_name(dtype));
-        const std::int64_t N = 67, K = 300, T = 9;
+        const std::int64_t N = 67, K = 300, T = 37;  // several passes of 16 tokens and a partial one
         const TestWeight w = make_weight(dtype, N, K, 3);
         const auto x = make_x(T, K, 4);
         std::vector<float> a(static_cast<std::size_t>(T * N)), b(a.size()), c(a.size()), d(a.size());
@@ -208,6 +226,58 @@ TEST_CASE("linear is bit-identical for any thread count and token grouping", "[k
     }
 }
 
+TEST_CASE("panels hold the rows of the file layout, padding rows zero", "[kernels][quant][panels]") {
+    for (DType dtype : {DType::Q8, DType::Q4})
+        for (auto [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {16, 128}, {19, 385}, {40, 64}}) {
+            INFO(describe(dtype, N, K, 0));
+            const TestWeight rows = make_weight(dtype, N, K, 21, WeightView::Layout::Rows);
+            const TestWeight panels = make_weight(dtype, N, K, 21);
+            REQUIRE(panels.view.layout == WeightView::Layout::Panels);
+            CHECK(panels.bytes.size() == static_cast<std::size_t>(quant::panel_count(N) * quant::panel_bytes(dtype, K)));
+            CHECK(panels.view.scale_bytes() == panels.scales.size());
+            CHECK(rows.values == panels.values);  // at() reads both layouts alike
+            const std::int64_t rb = quant::row_bytes(dtype, K), nb = quant::blocks_per_row(K);
+            std::vector<std::byte> a(static_cast<std::size_t>(rb)), b(a.size());
+            std::vector<std::uint16_t> sa(static_cast<std::size_t>(nb)), sb(sa.size());
+            for (std::int64_t n = 0; n < N; ++n) {
+                rows.view.quant_row(n, a.data(), sa.data());
+                panels.view.quant_row(n, b.data(), sb.data());
+                CHECK(a == b);
+                CHECK(sa == sb);
+            }
+            // the rows past N in the last panel are zero values
+            const std::int64_t last = quant::panel_count(N) - 1;
+            for (std::int64_t r = N - last * quant::kPanelRows; r < quant::kPanelRows; ++r)
+                for (std::int64_t i = 0; i < K; ++i)
+                    CHECK(quant::panel_value_at(dtype, panels.view.panel_codes(last), panels.view.panel_scales(last), r, i) == 0.0f);
+            // byte j of row r sits at 64·(j / 4) + 4·r + j % 4
+            const std::int64_t r = std::min<std::int64_t>(N, quant::kPanelRows) - 1;
+            rows.view.quant_row(r, a.data(), sa.data());
+            for (std::int64_t j = 0; j < rb; ++j) CHECK(panels.bytes[static_cast<std::size_t>(64 * (j / 4) + 4 * r + j % 4)] == a[static_cast<std::size_t>(j)]);
+        }
+}
+
+TEST_CASE("linear on weights held as rows equals linear on panels", "[kernels][linear][panels]") {
+    ThreadPool pool(2);
+    for (DType dtype : {DType::Q8, DType::Q4}) {
+        const std::int64_t N = 21, K = 200, T = 5;
+        INFO(describe(dtype, N, K, T));
+        const TestWeight rows = make_weight(dtype, N, K, 4, WeightView::Layout::Rows), panels = make_weight(dtype, N, K, 4);
+        const auto x = make_x(T, K, 5);
+        Guarded a(T, N), b(T, N);
+        linear<float>(rows.view, {x.data(), K}, a.rows(), T, pool);
+        linear<float>(panels.view, {x.data(), K}, b.rows(), T, pool);
+        REQUIRE(a.guards_intact());
+        REQUIRE(b.guards_intact());
+        for (std::int64_t t = 0; t < T; ++t)
+            for (std::int64_t n = 0; n < N; ++n) {
+                double mag = 0;
+                for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(rows.values[static_cast<std::size_t>(n * K + k)] * x[static_cast<std::size_t>(t * K + k)]);
+                CHECK(std::fabs(a.at(t, n) - b.at(t, n)) <= 1e-6 * mag);
+            }
+    }
+}
+
 TEST_CASE("the VNNI path agrees with the portable path", "[kernels][linear][vnni]") {
     if (!detail::kHaveVnni512) {
         WARN("AVX-512 VNNI not enabled in this build; only the portable path exists");
@@ -215,8 +285,8 @@ TEST_CASE("the VNNI path agrees with the portable path", "[kernels][linear][vnni
     }
     ThreadPool pool(2);
     for (DType dtype : {DType::Q8, DType::Q4})
-        for (auto [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 31}, {19, 385}, {8, 3840}})
-            for (std::int64_t T : {1, 3, 7}) {
+        for (auto [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 31}, {19, 385}, {8, 3840}, {40, 256}})
+            for (std::int64_t T : {1, 3, 7, 16, 17, 40}) {
                 INFO(describe(dtype, N, K, T));
                 const TestWeight w = make_weight(dtype, N, K, 8);
                 const auto x = make_x(T, K, 6);

@@ -51,7 +51,15 @@ inline void load_row(const WeightView& w, std::int64_t r, T* out) {
             return;
         }
         case DType::Q8:
-        case DType::Q4: quant::dequantize_row(w.dtype, w.codes_row(r), w.scales_row(r), cols, out); return;
+        case DType::Q4: {
+            thread_local std::vector<std::byte> codes;
+            thread_local std::vector<std::uint16_t> scales;
+            codes.resize(static_cast<std::size_t>(quant::row_bytes(w.dtype, cols)));
+            scales.resize(static_cast<std::size_t>(quant::blocks_per_row(cols)));
+            w.quant_row(r, codes.data(), scales.data());
+            quant::dequantize_row(w.dtype, codes.data(), scales.data(), cols, out);
+            return;
+        }
         default:
             for (std::int64_t i = 0; i < cols; ++i) out[i] = w.at<T>(r * cols + i);
             return;

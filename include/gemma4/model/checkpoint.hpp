@@ -158,6 +158,7 @@ inline WeightView bind_quantized(const TensorStore& store, const std::string& na
     v.dtype = q;
     v.shape = shape;
     v.scales = scales.data;
+    v.layout = WeightView::Layout::Rows;  // as mapped; the model re-lays it as panels (to_panels)
     v.origin = origin;
     return v;
 }

@@ -16,11 +16,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -40,13 +42,45 @@ namespace detail {
 /// Owns re-encoded matrices and keeps the storage they were made from alive (the norms still
 /// point into it).
 struct OwnedBuffers {
+    struct AlignedDelete {
+        void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+    };
     std::shared_ptr<const void> parent;
-    std::vector<std::unique_ptr<std::byte[]>> buffers;
+    std::vector<std::unique_ptr<std::byte[], AlignedDelete>> buffers;
+    /// n bytes aligned to a cache line (kernels load whole 64-byte vectors).
     std::byte* allocate(std::size_t n) {
-        buffers.push_back(std::unique_ptr<std::byte[]>(new std::byte[n > 0 ? n : 1]));
-        return buffers.back().get();
+        auto* p = static_cast<std::byte*>(::operator new[](n > 0 ? n : 1, std::align_val_t{64}));
+        buffers.push_back(std::unique_ptr<std::byte[], AlignedDelete>(p));
+        return p;
     }
 };
+
+/// A quantized matrix in the panel layout, in buffers of `owned`: `out` has dtype and shape set;
+/// it gets data and scales. row(r, codes, scales) supplies row r in the file layout. Panels are
+/// filled in parallel.
+template <class RowFn>
+inline void make_panels(WeightView& out, OwnedBuffers& owned, ThreadPool& pool, RowFn&& row) {
+    const std::int64_t rows = out.rows(), cols = out.cols(), np = quant::panel_count(rows);
+    const std::int64_t pb = quant::panel_bytes(out.dtype, cols), ps = quant::panel_scale_count(cols);
+    out.layout = WeightView::Layout::Panels;
+    out.size_bytes = static_cast<std::size_t>(np * pb);
+    std::byte* data = owned.allocate(out.size_bytes);
+    auto* scales = reinterpret_cast<std::uint16_t*>(owned.allocate(static_cast<std::size_t>(np * ps * 2)));
+    out.data = data;
+    out.scales = reinterpret_cast<const std::byte*>(scales);
+    pool.parallel_for(np, [&](std::int64_t p0, std::int64_t p1) {
+        std::vector<std::byte> codes(static_cast<std::size_t>(quant::row_bytes(out.dtype, cols)));
+        std::vector<std::uint16_t> sc(static_cast<std::size_t>(quant::blocks_per_row(cols)));
+        for (std::int64_t p = p0; p < p1; ++p) {
+            quant::clear_panel(out.dtype, cols, data + p * pb, scales + p * ps);
+            for (std::int64_t r = p * quant::kPanelRows; r < std::min(rows, (p + 1) * quant::kPanelRows); ++r) {
+                row(r, codes.data(), sc.data());
+                quant::row_to_panel(out.dtype, codes.data(), sc.data(), cols, r % quant::kPanelRows, data + p * pb, scales + p * ps);
+            }
+        }
+    }, 4);
+}
+
 
 inline void set_bf16(std::byte* p, float v) {
     const std::uint16_t h = float_to_bf16(v);
@@ -68,10 +102,27 @@ inline std::vector<WeightView*> big_matrices(ModelWeights& w) {
 /// once as the LM head.
 inline std::size_t matrix_bytes(ModelWeights& w) {
     std::size_t n = 0;
-    for (const WeightView* v : big_matrices(w))
-        n += v->size_bytes + (v->quantized() ? static_cast<std::size_t>(v->rows() * quant::scale_row_bytes(v->cols())) : 0);
+    for (const WeightView* v : big_matrices(w)) n += v->size_bytes + v->scale_bytes();
     return n;
 }
+
+/// Quantized matrices held as rows (a quantized checkpoint as mapped) re-laid as panels, the
+/// layout the kernels read (tensor/quant.hpp).
+inline void to_panels(ModelWeights& w, unsigned n_threads = 0) {
+    std::shared_ptr<detail::OwnedBuffers> owned;
+    ThreadPool pool(n_threads);
+    for (WeightView* v : big_matrices(w)) {
+        if (!v->quantized() || v->layout == WeightView::Layout::Panels) continue;
+        if (!owned) {
+            owned = std::make_shared<detail::OwnedBuffers>();
+            owned->parent = w.storage;
+        }
+        const WeightView src = *v;
+        detail::make_panels(*v, *owned, pool, [&](std::int64_t r, std::byte* codes, std::uint16_t* scales) { src.quant_row(r, codes, scales); });
+    }
+    if (owned) w.storage = owned;
+}
+
 
 /// Re-encodes the big matrices of `w` in `format` (no-op for AsStored or matrices already in
 /// it). Rows are converted in parallel; the double path can still read the result (it
@@ -104,24 +155,17 @@ inline void quantize_weights(ModelWeights& w, WeightFormat format, const Quantiz
                     }
                 }, 64);
             } else {
-                const std::int64_t rb = quant::row_bytes(target, cols), sb = quant::scale_row_bytes(cols);
-                out.size_bytes = static_cast<std::size_t>(rows * rb);
-                std::byte* data = owned->allocate(out.size_bytes);
-                std::byte* scales = owned->allocate(static_cast<std::size_t>(rows * sb));
-                out.data = data;
-                out.scales = scales;
-                pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
-                    std::vector<float> row(static_cast<std::size_t>(cols));
-                    for (std::int64_t r = r0; r < r1; ++r) {
-                        if (v.dtype == DType::BF16) {
-                            const auto* src = reinterpret_cast<const std::uint16_t*>(v.data) + r * cols;
-                            for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = bf16_to_float(src[c]);
-                        } else {
-                            for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = v.at<float>(r * cols + c);
-                        }
-                        quant::quantize_row(target, row.data(), cols, data + r * rb, reinterpret_cast<std::uint16_t*>(scales + r * sb));
+                detail::make_panels(out, *owned, pool, [&](std::int64_t r, std::byte* codes, std::uint16_t* scales) {
+                    thread_local std::vector<float> row;
+                    row.resize(static_cast<std::size_t>(cols));
+                    if (v.dtype == DType::BF16) {
+                        const auto* src = reinterpret_cast<const std::uint16_t*>(v.data) + r * cols;
+                        for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = bf16_to_float(src[c]);
+                    } else {
+                        for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = v.at<float>(r * cols + c);
                     }
-                }, 64);
+                    quant::quantize_row(target, row.data(), cols, codes, scales);
+                });
             }
             v = std::move(out);
         }
@@ -173,18 +217,19 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
             }, 64);
             v.data = p;
         } else {
-            const std::int64_t rb = quant::row_bytes(target, cols), nb = quant::blocks_per_row(cols);
-            v.size_bytes = static_cast<std::size_t>(rows * rb);
+            // random codes; every row's scales the same, padding rows' zero
+            const std::int64_t np = quant::panel_count(rows), pb = quant::panel_bytes(target, cols), ps = quant::panel_scale_count(cols);
+            v.size_bytes = static_cast<std::size_t>(np * pb);
             std::byte* p = owned->allocate(v.size_bytes);
             fill_random(p, v.size_bytes, salt);
-            std::byte* s = owned->allocate(static_cast<std::size_t>(rows * nb * 2));
+            auto* s = reinterpret_cast<std::uint16_t*>(owned->allocate(static_cast<std::size_t>(np * ps * 2)));
             const std::uint16_t scale = quant::block_scale(static_cast<float>(amax), target);
-            pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
-                auto* h = reinterpret_cast<std::uint16_t*>(s);
-                for (std::int64_t i = r0 * nb; i < r1 * nb; ++i) h[i] = scale;
+            pool.parallel_for(np, [&](std::int64_t p0, std::int64_t p1) {
+                for (std::int64_t i = p0 * ps; i < p1 * ps; ++i)
+                    s[i] = (i / ps) * quant::kPanelRows + i % quant::kPanelRows < rows ? scale : std::uint16_t{0};
             }, 64);
             v.data = p;
-            v.scales = s;
+            v.scales = reinterpret_cast<const std::byte*>(s);
         }
         return v;
     };
@@ -242,6 +287,7 @@ inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& d
     ModelWeights w = ck.weights;  // the table binds pointers into a copy of the views
     const auto table = tensor_table(ck.config, ck.text_prefix.empty() ? "model.language_model." : ck.text_prefix, w);
     std::vector<TensorRef> refs;
+    std::deque<std::vector<std::byte>> row_layout;  // stable addresses for refs
     std::map<std::string, std::string> meta{{"format", "pt"}};
     std::optional<DType> qtype;
     for (const TensorSpec& spec : table) {
@@ -251,11 +297,15 @@ inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& d
             if (qtype && *qtype != v.dtype) throw InvalidArgument("save_checkpoint: matrices of mixed quantized formats");
             qtype = v.dtype;
             meta["gemma4.origin_dtype"] = std::string(dtype_name(v.origin));
-            const std::int64_t rows = v.rows(), cols = v.cols();
-            refs.push_back({spec.name(), v.dtype == DType::Q8 ? DType::I8 : DType::U8, {rows, quant::row_bytes(v.dtype, cols)}, v.data,
-                            static_cast<std::size_t>(rows * quant::row_bytes(v.dtype, cols))});
-            refs.push_back({spec.name() + "_scale", DType::F16, {rows, quant::blocks_per_row(cols)}, v.scales,
-                            static_cast<std::size_t>(rows * quant::scale_row_bytes(cols))});
+            // files hold the rows one after another
+            const std::int64_t rows = v.rows(), cols = v.cols(), rb = quant::row_bytes(v.dtype, cols), nb = quant::blocks_per_row(cols);
+            auto& codes = row_layout.emplace_back(static_cast<std::size_t>(rows * rb));
+            auto& scales = row_layout.emplace_back(static_cast<std::size_t>(rows * nb * 2));
+            for (std::int64_t r = 0; r < rows; ++r)
+                v.quant_row(r, codes.data() + r * rb, reinterpret_cast<std::uint16_t*>(scales.data()) + r * nb);
+            refs.push_back({spec.name(), v.dtype == DType::Q8 ? DType::I8 : DType::U8, {rows, rb}, codes.data(), codes.size()});
+            refs.push_back({spec.name() + "_scale", DType::F16, {rows, nb}, scales.data(), scales.size()});
+
         } else {
             refs.push_back({spec.name(), v.dtype, v.shape, v.data, v.size_bytes});
         }

@@ -122,5 +122,51 @@ inline void dequantize_row(DType t, const std::byte* codes, const std::uint16_t*
     }
 }
 
+// ---- In memory: panels of 16 rows --------------------------------------------------------
+// Files hold the rows above one after another. In memory a matrix is held as panels of
+// kPanelRows rows (the last one padded with zero rows) that interleave their rows in 4-byte
+// words: byte j of row r of a panel is at 64·(j / 4) + 4·r + j % 4. One 64-byte load then holds
+// 4 consecutive bytes of each of the 16 rows — the operand of an int8 dot-product instruction —
+// and a panel is one contiguous stream. The bytes themselves are the file's (Q8 signed codes,
+// Q4 nibble pairs), so a row moves between the layouts by whole words. Scales are interleaved
+// the same way by element: scale b of row r at 16·b + r.
+
+inline constexpr std::int64_t kPanelRows = 16;
+
+constexpr std::int64_t panel_count(std::int64_t rows) { return (rows + kPanelRows - 1) / kPanelRows; }
+/// Bytes of codes and number of scales per panel.
+constexpr std::int64_t panel_bytes(DType t, std::int64_t cols) { return kPanelRows * row_bytes(t, cols); }
+constexpr std::int64_t panel_scale_count(std::int64_t cols) { return kPanelRows * blocks_per_row(cols); }
+
+/// Writes a row in the file layout (codes, scales) as row r of a panel.
+inline void row_to_panel(DType t, const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, std::int64_t r,
+                         std::byte* panel, std::uint16_t* panel_scales) {
+    const std::int64_t words = row_bytes(t, cols) / 4, nb = blocks_per_row(cols);
+    for (std::int64_t w = 0; w < words; ++w) std::memcpy(panel + 64 * w + 4 * r, codes + 4 * w, 4);
+    for (std::int64_t b = 0; b < nb; ++b) panel_scales[kPanelRows * b + r] = scales[b];
+}
+
+/// Row r of a panel in the file layout.
+inline void panel_to_row(DType t, const std::byte* panel, const std::uint16_t* panel_scales, std::int64_t cols, std::int64_t r,
+                         std::byte* codes, std::uint16_t* scales) {
+    const std::int64_t words = row_bytes(t, cols) / 4, nb = blocks_per_row(cols);
+    for (std::int64_t w = 0; w < words; ++w) std::memcpy(codes + 4 * w, panel + 64 * w + 4 * r, 4);
+    for (std::int64_t b = 0; b < nb; ++b) scales[b] = panel_scales[kPanelRows * b + r];
+}
+
+/// Makes every row of a panel zero: code 0 (Q4: nibble 8) and scale 0. Padding rows stay so.
+inline void clear_panel(DType t, std::int64_t cols, std::byte* panel, std::uint16_t* panel_scales) {
+    std::memset(panel, t == DType::Q4 ? 0x88 : 0, static_cast<std::size_t>(panel_bytes(t, cols)));
+    std::memset(panel_scales, 0, static_cast<std::size_t>(panel_scale_count(cols) * 2));
+}
+
+/// Element i of row r of a panel as float.
+inline float panel_value_at(DType t, const std::byte* panel, const std::uint16_t* panel_scales, std::int64_t r, std::int64_t i) {
+    const std::int64_t j = t == DType::Q4 ? q4_byte(i) : i;
+    const auto byte = std::to_integer<unsigned>(panel[64 * (j / 4) + 4 * r + j % 4]);
+    const int code = t == DType::Q8 ? static_cast<std::int8_t>(byte) : static_cast<int>(q4_high(i) ? byte >> 4 : byte & 15u) - kQ4Offset;
+    return static_cast<float>(code) * f16_to_float(panel_scales[kPanelRows * (i / kBlock) + r]);
+}
+
 }  // namespace quant
 }  // namespace gemma4

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,9 +22,11 @@ struct WeightView {
     std::vector<std::int64_t> shape;
     const std::byte* data = nullptr;
     std::size_t size_bytes = 0;
-    /// Q8/Q4 only: one f16 scale per 32-element block, [rows, blocks_per_row(cols)]; `data` holds
-    /// the codes, [rows, row_bytes(dtype, cols)] (tensor/quant.hpp).
+    /// Q8/Q4 only: one f16 scale per 32-element block. `data` holds the codes (tensor/quant.hpp):
+    /// in memory as panels of 16 rows (what the kernels read), or rows as in a file.
     const std::byte* scales = nullptr;
+    enum class Layout : std::uint8_t { Panels, Rows };
+    Layout layout = Layout::Panels;
     /// Q8/Q4 only: the dtype the values had before quantization (the embedding scale is
     /// rounded to it, as for the unquantized checkpoint).
     DType origin = DType::BF16;
@@ -43,10 +46,31 @@ struct WeightView {
     /// The dtype whose rounding the values carry: `origin` for quantized views, else `dtype`.
     DType value_dtype() const { return quantized() ? origin : dtype; }
 
-    /// Codes and scales of row r of a quantized view.
-    const std::byte* codes_row(std::int64_t r) const { return data + r * quant::row_bytes(dtype, cols()); }
-    const std::uint16_t* scales_row(std::int64_t r) const {
-        return reinterpret_cast<const std::uint16_t*>(scales) + r * quant::blocks_per_row(cols());
+    /// Bytes of the scales of a quantized view (0 for others).
+    std::size_t scale_bytes() const {
+        if (!quantized()) return 0;
+        const std::int64_t n = layout == Layout::Rows ? rows() * quant::blocks_per_row(cols())
+                                                      : quant::panel_count(rows()) * quant::panel_scale_count(cols());
+        return static_cast<std::size_t>(2 * n);
+    }
+
+    /// Panel p of a quantized view in the Panels layout: codes and scales.
+    const std::byte* panel_codes(std::int64_t p) const { return data + p * quant::panel_bytes(dtype, cols()); }
+    const std::uint16_t* panel_scales(std::int64_t p) const {
+        return reinterpret_cast<const std::uint16_t*>(scales) + p * quant::panel_scale_count(cols());
+    }
+
+    /// Row r of a quantized view in the file layout: row_bytes(dtype, cols) codes and
+    /// blocks_per_row(cols) scales.
+    void quant_row(std::int64_t r, std::byte* codes, std::uint16_t* row_scales) const {
+        const std::int64_t c = cols(), rb = quant::row_bytes(dtype, c), nb = quant::blocks_per_row(c);
+        if (layout == Layout::Rows) {
+            std::memcpy(codes, data + r * rb, static_cast<std::size_t>(rb));
+            std::memcpy(row_scales, reinterpret_cast<const std::uint16_t*>(scales) + r * nb, static_cast<std::size_t>(nb * 2));
+            return;
+        }
+        const std::int64_t p = r / quant::kPanelRows;
+        quant::panel_to_row(dtype, panel_codes(p), panel_scales(p), c, r % quant::kPanelRows, codes, row_scales);
     }
 
     /// Element i (row-major), converted to T. For small tensors and reference code.
@@ -54,7 +78,12 @@ struct WeightView {
     T at(std::int64_t i) const {
         if (quantized()) {
             const std::int64_t c = cols(), r = i / c;
-            return static_cast<T>(quant::dequantize_at(dtype, codes_row(r), scales_row(r), i % c));
+            if (layout == Layout::Rows) {
+                const auto* s = reinterpret_cast<const std::uint16_t*>(scales) + r * quant::blocks_per_row(c);
+                return static_cast<T>(quant::dequantize_at(dtype, data + r * quant::row_bytes(dtype, c), s, i % c));
+            }
+            const std::int64_t p = r / quant::kPanelRows;
+            return static_cast<T>(quant::panel_value_at(dtype, panel_codes(p), panel_scales(p), r % quant::kPanelRows, i % c));
         }
         return load_element<T>(data, dtype, static_cast<std::size_t>(i));
     }
