@@ -3,7 +3,9 @@
 // and peak RSS. --json prints one JSON object on stdout.
 //
 // --batch B: B sequences prefilled one after the other, then decoding together (one step feeds
-// one token of each). --context N: no prefill; the KV cache of each sequence is filled with
+// one token of each). With B > 1 one more sequence decodes alone, its steps alternating with the
+// batch steps, so that the batch speedup compares steps taken under the same conditions (a
+// shared machine's memory bandwidth varies from minute to minute); not with --context. --context N: no prefill; the KV cache of each sequence is filled with
 // random K/V for N positions (only what a later query can see: the sliding layers' window, every
 // position of the full layers), then decode steps are timed at that context. --kv int8 stores
 // the cache as int8 with a scale per (position, head).
@@ -232,7 +234,8 @@ int run(cli::Args& args) {
     KVCache<float> cache = model.make_cache(KVCacheOptions{.kv_dtype = kv == "int8" ? KVDtype::Int8 : KVDtype::Float});
     std::vector<SeqId> seqs;
     std::vector<std::vector<std::int32_t>> prompts;
-    for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t alone = B > 1 && context == 0 ? 1 : 0;  // the sequence decoding alone, after the batch's
+    for (std::int64_t b = 0; b < B + alone; ++b) {
         seqs.push_back(cache.add_sequence());
         std::vector<std::int32_t> ids;
         for (std::int64_t i = 0; i < P; ++i) ids.push_back(static_cast<std::int32_t>((i * 7919 + b * 104729 + 2) % c.vocab_size));
@@ -258,19 +261,26 @@ int run(cli::Args& args) {
         prefill_flops = static_cast<double>(B) * step_flops(c, P, 1, 0);
     }
     const std::size_t kv_bytes = cache.bytes_in_use();
+    if (alone) model.forward(prompts[static_cast<std::size_t>(B)], cache, seqs[static_cast<std::size_t>(B)], LogitsMode::Last);
 
     say("decode " + std::to_string(G) + " steps of " + std::to_string(B) + " sequence(s) ...");
-    std::vector<std::int32_t> next(static_cast<std::size_t>(B));
-    t0 = Clock::now();
+    std::vector<std::int32_t> next(static_cast<std::size_t>(B + alone));
+    double decode_s = 0, alone_s = 0;
     for (std::int64_t g = 0; g < G; ++g) {
         std::vector<SequenceChunk> step;
-        for (std::int64_t b = 0; b < B; ++b) {
+        for (std::int64_t b = 0; b < B + alone; ++b) {
             next[static_cast<std::size_t>(b)] = static_cast<std::int32_t>((g * 31 + b * 17 + 5) % c.vocab_size);
             step.push_back({seqs[static_cast<std::size_t>(b)], std::span<const std::int32_t>(&next[static_cast<std::size_t>(b)], 1)});
         }
-        model.forward(std::span<const SequenceChunk>(step), cache, LogitsMode::Last);
+        t0 = Clock::now();
+        model.forward(std::span<const SequenceChunk>(step.data(), static_cast<std::size_t>(B)), cache, LogitsMode::Last);
+        decode_s += seconds_since(t0);
+        if (alone) {
+            t0 = Clock::now();
+            model.forward(std::span<const SequenceChunk>(&step.back(), 1), cache, LogitsMode::Last);
+            alone_s += seconds_since(t0);
+        }
     }
-    const double decode_s = seconds_since(t0);
 
     const double prefill_tps = prefill_s > 0 ? static_cast<double>(B * P) / prefill_s : 0.0;
     const double decode_tps = static_cast<double>(B * G) / decode_s;
@@ -301,6 +311,12 @@ int run(cli::Args& args) {
                      {"weight_generation_s", gen_s},
                      {"cpu", cpu_model()}};
     if (batch_opt) j["batch"] = B;
+    if (alone) {
+        j["alone_decode_tokens_per_s"] = static_cast<double>(G) / alone_s;
+        j["batch_speedup"] = decode_tps / (static_cast<double>(G) / alone_s);
+    }
+    if (is_quantized(format_dtype(*format)))
+        j["prefill_fraction_of_int8_peak"] = prefill_s > 0 ? prefill_flops / prefill_s / peak_int8 : 0.0;
     if (context > 0) {
         j["context"] = context;
         j["kv_fill_s"] = fill_s;
@@ -310,10 +326,15 @@ int run(cli::Args& args) {
         return 0;
     }
     std::printf("%s, %s weights, %lld layers, %u threads\n", cpu_model().c_str(), weights.c_str(), static_cast<long long>(layers), model.pool().size());
-    std::printf("prefill   %8.2f tok/s   (%lld tokens x %lld, %.1f GFLOP/s = %.0f%% of FMA peak %.1f GFLOP/s; int8 peak %.1f GOP/s)\n", prefill_tps,
-                static_cast<long long>(P), static_cast<long long>(B), prefill_flops / prefill_s / 1e9, 100 * prefill_flops / prefill_s / peak_fma,
-                peak_fma / 1e9, peak_int8 / 1e9);
+    const bool int8_kernels = is_quantized(format_dtype(*format));
+    const double peak = int8_kernels ? peak_int8 : peak_fma;
+    std::printf("prefill   %8.2f tok/s   (%lld tokens x %lld, %.1f GFLOP/s = %.0f%% of the %s peak %.1f G/s)\n", prefill_tps,
+                static_cast<long long>(P), static_cast<long long>(B), prefill_flops / prefill_s / 1e9, 100 * prefill_flops / prefill_s / peak,
+                int8_kernels ? "int8" : "FMA", peak / 1e9);
     std::printf("decode    %8.2f tok/s   (%lld steps x %lld)\n", decode_tps, static_cast<long long>(G), static_cast<long long>(B));
+    if (alone)
+        std::printf("alone     %8.2f tok/s   (one sequence, steps alternating with the batch's): batch speedup %.2fx\n",
+                    static_cast<double>(G) / alone_s, decode_tps / (static_cast<double>(G) / alone_s));
     std::printf("weights   %8.3f GB read per step, %.1f GB/s = %.0f%% of measured read bandwidth %.1f GB/s\n", weight_bytes / 1e9,
                 achieved / 1e9, 100 * achieved / bandwidth, bandwidth / 1e9);
     std::printf("KV cache  %8.3f GB in use (%s), %.1f ms per decode step%s\n", static_cast<double>(kv_bytes) / 1e9, kv.c_str(),
