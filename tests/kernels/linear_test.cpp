@@ -304,3 +304,29 @@ TEST_CASE("the VNNI path agrees with the portable path", "[kernels][linear][vnni
                     }
             }
 }
+
+TEST_CASE("linear over several matrices sharing an input equals one call per matrix, bit for bit", "[kernels][linear][shared]") {
+    ThreadPool pool(2);
+    for (DType dtype : {DType::Q8, DType::Q4, DType::BF16, DType::F32})
+        for (std::int64_t T : {1, 7, 20}) {
+            INFO(dtype_name(dtype) << " tokens=" << T);
+            const std::int64_t K = 200;
+            const TestWeight a = make_weight(dtype, 19, K, 31), b = make_weight(dtype, 33, K, 32), c = make_weight(dtype, 5, K, 33);
+            const auto x = make_x(T, K, 34);
+            const std::int64_t width = 19 + 33 + 5;
+            Guarded fused(T, width), separate(T, width);
+            Rows<float> f = fused.rows(), s = separate.rows();
+            const LinearOut<float> outs[] = {{&a.view, {f.data, f.stride}}, {&b.view, {f.data + 19, f.stride}}, {&c.view, {f.data + 52, f.stride}}};
+            linear<float>(std::span<const LinearOut<float>>(outs), {x.data(), K}, T, pool);
+            linear<float>(a.view, {x.data(), K}, {s.data, s.stride}, T, pool);
+            linear<float>(b.view, {x.data(), K}, {s.data + 19, s.stride}, T, pool);
+            linear<float>(c.view, {x.data(), K}, {s.data + 52, s.stride}, T, pool);
+            REQUIRE(fused.guards_intact());
+            CHECK(std::memcmp(fused.buf.data(), separate.buf.data(), fused.buf.size() * sizeof(float)) == 0);
+        }
+    // matrices of different dtypes or widths cannot share one quantized input
+    const TestWeight q8 = make_weight(DType::Q8, 4, 64, 1), q4 = make_weight(DType::Q4, 4, 64, 2);
+    std::vector<float> x(64, 0.5f), y(8);
+    const detail::QuantTarget mixed[] = {{&q8.view, {y.data(), 8}}, {&q4.view, {y.data() + 4, 8}}};
+    CHECK_THROWS_AS(detail::linear_quant(std::span<const detail::QuantTarget>(mixed), {x.data(), 64}, 1, pool), InvalidArgument);
+}

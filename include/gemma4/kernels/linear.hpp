@@ -10,8 +10,10 @@
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/tensor/weight_view.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -102,6 +104,33 @@ void linear(const WeightView& w, Rows<const T> x, Rows<T> y, std::int64_t tokens
             }
         },
         16);
+}
+
+/// One matrix of a shared-input linear call and where its outputs go.
+template <class T>
+struct LinearOut {
+    const WeightView* w;
+    Rows<T> y;
+};
+
+/// linear for several matrices over the same input (attn.qkv_proj, mlp.gate_up). Q8/Q4 matrices
+/// of one dtype share one quantization of x and one parallel region (each output bit-identical
+/// to its own call); other weights run one matrix after the other.
+template <class T>
+void linear(std::span<const LinearOut<T>> outs, Rows<const T> x, std::int64_t tokens, ThreadPool& pool) {
+    if (outs.empty()) return;
+    if constexpr (std::is_same_v<T, float>) {
+        const WeightView& w0 = *outs.front().w;
+        const bool shared = w0.quantized() && std::all_of(outs.begin(), outs.end(), [&](const LinearOut<T>& o) {
+                                return o.w->dtype == w0.dtype && o.w->cols() == w0.cols();
+                            });
+        if (shared) {
+            std::vector<detail::QuantTarget> targets;
+            for (const LinearOut<T>& o : outs) targets.push_back({o.w, o.y});
+            return detail::linear_quant(targets, x, tokens, pool);
+        }
+    }
+    for (const LinearOut<T>& o : outs) linear<T>(*o.w, x, o.y, tokens, pool);
 }
 
 }  // namespace gemma4

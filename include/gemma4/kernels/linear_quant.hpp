@@ -17,6 +17,7 @@
 //    starts at −offset·Σx, which keeps it exact.
 #pragma once
 
+#include <gemma4/error.hpp>
 #include <gemma4/kernels/rows.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/tensor/quant.hpp>
@@ -26,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
@@ -262,10 +264,21 @@ struct PanelVnni {
 
 enum class QuantPath : std::uint8_t { Best, Portable };
 
-/// y[t, n] = Σ_k x[t, k] · w[n, k] for Q8/Q4 w and float x.
-inline void linear_quant(const WeightView& w, Rows<const float> x, Rows<float> y, std::int64_t tokens, ThreadPool& pool,
+/// One Q8/Q4 matrix of a linear_quant call and where its outputs go.
+struct QuantTarget {
+    const WeightView* w;
+    Rows<float> y;
+};
+
+/// y_i[t, n] = Σ_k x[t, k] · w_i[n, k] for Q8/Q4 matrices w_i of one dtype and one column count
+/// and float x: x is quantized once, and the matrices' panels (or rows) form one parallel region.
+inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float> x, std::int64_t tokens, ThreadPool& pool,
                          QuantPath path = QuantPath::Best) {
-    const std::int64_t N = w.rows(), K = w.cols();
+    const WeightView& w0 = *targets.front().w;
+    const std::int64_t K = w0.cols();
+    for (const QuantTarget& t : targets)
+        if (t.w->dtype != w0.dtype || t.w->cols() != K)
+            throw InvalidArgument("linear_quant: '" + t.w->name + "' does not share the dtype and columns of '" + w0.name + "'");
     thread_local QuantActs acts;
     QuantActs& a = acts;  // the caller's, also in the lambdas below
     shape_activations(tokens, K, a);
@@ -274,36 +287,54 @@ inline void linear_quant(const WeightView& w, Rows<const float> x, Rows<float> y
         if (tokens == 1) per_tokens(0, 1);
         else pool.parallel_for(tokens, [&](std::int64_t t0, std::int64_t t1) { per_tokens(t0, t1); });
     };
+    // The matrices' units (panels or rows) as one index space: matrix i owns [first[i], first[i + 1]).
+    auto run = [&](auto units_of, std::int64_t grain, auto&& body) {
+        std::vector<std::int64_t> first{0};
+        for (const QuantTarget& t : targets) first.push_back(first.back() + units_of(*t.w));
+        pool.parallel_chunks(
+            first.back(),
+            [&](std::int64_t u0, std::int64_t u1) {
+                for (std::size_t i = 0; i < targets.size(); ++i) {
+                    const std::int64_t lo = std::max(u0, first[i]), hi = std::min(u1, first[i + 1]);
+                    if (lo < hi) body(targets[i], lo - first[i], hi - first[i]);
+                }
+            },
+            // chunks claimed by whichever thread is free: a fixed split makes the slower thread
+            // (another process on its core) set the pace of every matrix
+            std::max<std::int64_t>(grain, first.back() / (16 * pool.size())));
+    };
 #ifdef GEMMA4_HAVE_VNNI512
-    if (path == QuantPath::Best && w.layout == WeightView::Layout::Panels) {
+    const bool panels = std::all_of(targets.begin(), targets.end(), [](const QuantTarget& t) { return t.w->layout == WeightView::Layout::Panels; });
+    if (path == QuantPath::Best && panels) {
         thread_local PanelVnni::GroupActs groups;
         PanelVnni::GroupActs& ga = groups;  // the caller's: lambdas on other threads see their own thread_locals
         ga.data.resize(static_cast<std::size_t>(tokens * a.blocks * 10));
-        const int offset = w.dtype == DType::Q4 ? quant::kQ4Offset : 128;
+        const int offset = w0.dtype == DType::Q4 ? quant::kQ4Offset : 128;
         prepare([&](std::int64_t t0, std::int64_t t1) {
             quantize_activations(x, t0, t1, a);
             PanelVnni::group_acts(a, offset, t0, t1, ga);
         });
-        // Panels in chunks claimed by whichever thread is free: a fixed split makes the slower
-        // thread (another process on its core) set the pace of every matrix.
-        const std::int64_t np = quant::panel_count(N);
-        pool.parallel_chunks(np, [&](std::int64_t p0, std::int64_t p1) { PanelVnni::panels(w, a, ga, p0, p1, y); },
-                             std::max<std::int64_t>(1, np / (16 * pool.size())));
+        run([](const WeightView& w) { return quant::panel_count(w.rows()); }, 1,
+            [&](const QuantTarget& t, std::int64_t p0, std::int64_t p1) { PanelVnni::panels(*t.w, a, ga, p0, p1, t.y); });
         return;
     }
 #endif
     prepare([&](std::int64_t t0, std::int64_t t1) { quantize_activations(x, t0, t1, a); });
     const std::int64_t tb = token_block(a.padded + 8 * a.blocks, 4);
-    pool.parallel_chunks(
-        N,
-        [&](std::int64_t n0, std::int64_t n1) {
-            for (std::int64_t tb0 = 0; tb0 < tokens; tb0 += tb) {
-                const std::int64_t tb1 = std::min(tokens, tb0 + tb);
-                for (std::int64_t n = n0; n < n1; ++n) quant_row_portable(w, n, a, tb0, tb1, y);
-            }
-        },
-        std::max<std::int64_t>(16, N / (16 * pool.size())));
+    run([](const WeightView& w) { return w.rows(); }, 16, [&](const QuantTarget& t, std::int64_t n0, std::int64_t n1) {
+        for (std::int64_t tb0 = 0; tb0 < tokens; tb0 += tb) {
+            const std::int64_t tb1 = std::min(tokens, tb0 + tb);
+            for (std::int64_t n = n0; n < n1; ++n) quant_row_portable(*t.w, n, a, tb0, tb1, t.y);
+        }
+    });
     (void)path;
+}
+
+/// y[t, n] = Σ_k x[t, k] · w[n, k] for Q8/Q4 w and float x.
+inline void linear_quant(const WeightView& w, Rows<const float> x, Rows<float> y, std::int64_t tokens, ThreadPool& pool,
+                         QuantPath path = QuantPath::Best) {
+    const QuantTarget target{&w, y};
+    linear_quant(std::span<const QuantTarget>(&target, 1), x, tokens, pool, path);
 }
 
 }  // namespace gemma4::detail

@@ -70,10 +70,10 @@ public:
         T* const v = k + kvd;
 
         // attn.qkv_proj — with k_eq_v, V is the raw K projection (before k_norm and RoPE).
-        linear<T>(q_proj_, {x, H}, {q, width}, n, ctx.pool);
-        linear<T>(k_proj_, {x, H}, {k, width}, n, ctx.pool);
-        if (geom_.has_v_proj) linear<T>(v_proj_, {x, H}, {v, width}, n, ctx.pool);
-        else for (std::int64_t t = 0; t < n; ++t) std::memcpy(v + t * width, k + t * width, sizeof(T) * kvd);
+        const LinearOut<T> qkv_proj[] = {{&q_proj_, {q, width}}, {&k_proj_, {k, width}}, {&v_proj_, {v, width}}};
+        linear<T>(std::span<const LinearOut<T>>(qkv_proj, geom_.has_v_proj ? 3 : 2), {x, H}, n, ctx.pool);
+        if (!geom_.has_v_proj)
+            for (std::int64_t t = 0; t < n; ++t) std::memcpy(v + t * width, k + t * width, sizeof(T) * kvd);
         tap(obs, L, "attn.qkv_proj", q, n, geom_.qkv_dim(), width);
 
         // attn.qk_norm — per head, one weight shared by all heads.

@@ -23,8 +23,8 @@ public:
         const std::int64_t n = ctx.tokens.size(), H = gate_.cols(), I = gate_.rows();
         // mlp.gate_up — [gate | up], the spec's fused layout.
         std::vector<T> gate_up(static_cast<std::size_t>(n * 2 * I));
-        linear<T>(gate_, {x, H}, {gate_up.data(), 2 * I}, n, ctx.pool);
-        linear<T>(up_, {x, H}, {gate_up.data() + I, 2 * I}, n, ctx.pool);
+        const LinearOut<T> gate_up_proj[] = {{&gate_, {gate_up.data(), 2 * I}}, {&up_, {gate_up.data() + I, 2 * I}}};
+        linear<T>(std::span<const LinearOut<T>>(gate_up_proj), {x, H}, n, ctx.pool);
         tap(obs, ctx.layer, "mlp.gate_up", gate_up.data(), n, 2 * I, 2 * I);
         // mlp.act
         std::vector<T> act(static_cast<std::size_t>(n * I));
