@@ -127,6 +127,18 @@ double bound(const TestWeight& w, std::int64_t n, const float* x, std::int64_t K
     return 2.0 * (static_cast<double>(K) + 4) * eps * abs_sum + quant + 1e-30;
 }
 
+/// Two computations of the same products agree to 1e-6 of Σ|w·x| per output (the same exact
+/// int32 block sums, in another float order).
+void check_same_sums(const TestWeight& w, const std::vector<float>& x, const Guarded& a, const Guarded& b, std::int64_t T,
+                     std::int64_t N, std::int64_t K) {
+    for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t n = 0; n < N; ++n) {
+            double mag = 0;
+            for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(w.values[static_cast<std::size_t>(n * K + k)] * x[static_cast<std::size_t>(t * K + k)]);
+            CHECK(std::fabs(a.at(t, n) - b.at(t, n)) <= 1e-6 * mag);
+        }
+}
+
 void check_linear(DType dtype, std::int64_t N, std::int64_t K, std::int64_t T, ThreadPool& pool) {
     INFO(describe(dtype, N, K, T));
     const TestWeight w = make_weight(dtype, N, K, 1000 + static_cast<std::uint64_t>(N * 31 + K));
@@ -269,12 +281,7 @@ TEST_CASE("linear on weights held as rows equals linear on panels", "[kernels][l
         linear<float>(panels.view, {x.data(), K}, b.rows(), T, pool);
         REQUIRE(a.guards_intact());
         REQUIRE(b.guards_intact());
-        for (std::int64_t t = 0; t < T; ++t)
-            for (std::int64_t n = 0; n < N; ++n) {
-                double mag = 0;
-                for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(rows.values[static_cast<std::size_t>(n * K + k)] * x[static_cast<std::size_t>(t * K + k)]);
-                CHECK(std::fabs(a.at(t, n) - b.at(t, n)) <= 1e-6 * mag);
-            }
+        check_same_sums(rows, x, a, b, T, N, K);
     }
 }
 
@@ -295,13 +302,7 @@ TEST_CASE("the VNNI path agrees with the portable path", "[kernels][linear][vnni
                 detail::linear_quant(w.view, {x.data(), K}, port.rows(), T, pool, detail::QuantPath::Portable);
                 REQUIRE(fast.guards_intact());
                 REQUIRE(port.guards_intact());
-                for (std::int64_t t = 0; t < T; ++t)
-                    for (std::int64_t n = 0; n < N; ++n) {
-                        // same exact block sums; only float summation order differs
-                        double mag = 0;
-                        for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(w.values[static_cast<std::size_t>(n * K + k)] * x[static_cast<std::size_t>(t * K + k)]);
-                        CHECK(std::fabs(fast.at(t, n) - port.at(t, n)) <= 1e-6 * mag);
-                    }
+                check_same_sums(w, x, fast, port, T, N, K);
             }
 }
 

@@ -113,31 +113,28 @@ std::vector<R> run_concurrently(F&& work) {
     return results;
 }
 
+/// kThreads workers generating from `model` at once produce what each produces alone; returns
+/// the serial results.
+std::vector<std::vector<std::int32_t>> check_concurrent_ids(const Model<float>& model) {
+    std::vector<std::vector<std::int32_t>> serial;
+    for (int w = 0; w < kThreads; ++w) serial.push_back(run_ids(model, w));
+
+    const auto concurrent = run_concurrently<std::vector<std::int32_t>>([&](int w) { return run_ids(model, w); });
+    for (int w = 0; w < kThreads; ++w) {
+        INFO("worker " << w);
+        CHECK(concurrent[static_cast<std::size_t>(w)] == serial[static_cast<std::size_t>(w)]);
+    }
+    return serial;
+}
+
 }  // namespace
 
 TEST_CASE("sessions on one shared model generate concurrently as they do serially", "[threads]") {
-    const Fixture& f = fixture();
-    std::vector<std::vector<std::int32_t>> serial;
-    for (int w = 0; w < kThreads; ++w) serial.push_back(run_ids(f.model, w));
-    for (const auto& ids : serial) REQUIRE(ids.size() == 20);
-
-    const auto concurrent = run_concurrently<std::vector<std::int32_t>>([&](int w) { return run_ids(f.model, w); });
-    for (int w = 0; w < kThreads; ++w) {
-        INFO("worker " << w);
-        CHECK(concurrent[static_cast<std::size_t>(w)] == serial[static_cast<std::size_t>(w)]);
-    }
+    for (const auto& ids : check_concurrent_ids(fixture().model)) REQUIRE(ids.size() == 20);  // fixed-length runs
 }
 
 TEST_CASE("sessions on one shared int8 model generate concurrently as they do serially", "[threads]") {
-    const Fixture& f = fixture();
-    std::vector<std::vector<std::int32_t>> serial;
-    for (int w = 0; w < kThreads; ++w) serial.push_back(run_ids(f.model_int8, w));
-
-    const auto concurrent = run_concurrently<std::vector<std::int32_t>>([&](int w) { return run_ids(f.model_int8, w); });
-    for (int w = 0; w < kThreads; ++w) {
-        INFO("worker " << w);
-        CHECK(concurrent[static_cast<std::size_t>(w)] == serial[static_cast<std::size_t>(w)]);
-    }
+    check_concurrent_ids(fixture().model_int8);
 }
 
 TEST_CASE("text generation with one shared tokenizer is the same concurrently", "[threads]") {

@@ -5,9 +5,10 @@
 // --batch B: B sequences prefilled one after the other, then decoding together (one step feeds
 // one token of each). With B > 1 one more sequence decodes alone, its steps alternating with the
 // batch steps, so that the batch speedup compares steps taken under the same conditions (a
-// shared machine's memory bandwidth varies from minute to minute); not with --context. --context N: no prefill; the KV cache of each sequence is filled with
-// random K/V for N positions (only what a later query can see: the sliding layers' window, every
-// position of the full layers), then decode steps are timed at that context. --kv int8 stores
+// shared machine's memory bandwidth varies from minute to minute); not with --context.
+// --context N: no prefill; the KV cache of each sequence is filled with random K/V for N
+// positions (only what a later query can see: the sliding layers' window, every position of the
+// full layers), then decode steps are timed at that context. --kv int8 stores
 // the cache as int8 with a scale per (position, head).
 #include "../cli.hpp"
 
@@ -284,6 +285,8 @@ int run(cli::Args& args) {
 
     const double prefill_tps = prefill_s > 0 ? static_cast<double>(B * P) / prefill_s : 0.0;
     const double decode_tps = static_cast<double>(B * G) / decode_s;
+    const double alone_tps = alone ? static_cast<double>(G) / alone_s : 0.0;
+    const bool int8_kernels = is_quantized(format_dtype(*format));  // bound by the int8 peak, not the FMA one
     const double steps_per_s = static_cast<double>(G) / decode_s;
     const double bytes_per_token = weight_bytes / static_cast<double>(B);
     const double achieved = weight_bytes * steps_per_s;
@@ -312,10 +315,10 @@ int run(cli::Args& args) {
                      {"cpu", cpu_model()}};
     if (batch_opt) j["batch"] = B;
     if (alone) {
-        j["alone_decode_tokens_per_s"] = static_cast<double>(G) / alone_s;
-        j["batch_speedup"] = decode_tps / (static_cast<double>(G) / alone_s);
+        j["alone_decode_tokens_per_s"] = alone_tps;
+        j["batch_speedup"] = decode_tps / alone_tps;
     }
-    if (is_quantized(format_dtype(*format)))
+    if (int8_kernels)
         j["prefill_fraction_of_int8_peak"] = prefill_s > 0 ? prefill_flops / prefill_s / peak_int8 : 0.0;
     if (context > 0) {
         j["context"] = context;
@@ -326,7 +329,6 @@ int run(cli::Args& args) {
         return 0;
     }
     std::printf("%s, %s weights, %lld layers, %u threads\n", cpu_model().c_str(), weights.c_str(), static_cast<long long>(layers), model.pool().size());
-    const bool int8_kernels = is_quantized(format_dtype(*format));
     const double peak = int8_kernels ? peak_int8 : peak_fma;
     std::printf("prefill   %8.2f tok/s   (%lld tokens x %lld, %.1f GFLOP/s = %.0f%% of the %s peak %.1f G/s)\n", prefill_tps,
                 static_cast<long long>(P), static_cast<long long>(B), prefill_flops / prefill_s / 1e9, 100 * prefill_flops / prefill_s / peak,
@@ -334,7 +336,7 @@ int run(cli::Args& args) {
     std::printf("decode    %8.2f tok/s   (%lld steps x %lld)\n", decode_tps, static_cast<long long>(G), static_cast<long long>(B));
     if (alone)
         std::printf("alone     %8.2f tok/s   (one sequence, steps alternating with the batch's): batch speedup %.2fx\n",
-                    static_cast<double>(G) / alone_s, decode_tps / (static_cast<double>(G) / alone_s));
+                    alone_tps, decode_tps / alone_tps);
     std::printf("weights   %8.3f GB read per step, %.1f GB/s = %.0f%% of measured read bandwidth %.1f GB/s\n", weight_bytes / 1e9,
                 achieved / 1e9, 100 * achieved / bandwidth, bandwidth / 1e9);
     std::printf("KV cache  %8.3f GB in use (%s), %.1f ms per decode step%s\n", static_cast<double>(kv_bytes) / 1e9, kv.c_str(),

@@ -54,12 +54,8 @@ inline void load_row(const WeightView& w, std::int64_t r, T* out) {
         }
         case DType::Q8:
         case DType::Q4: {
-            thread_local std::vector<std::byte> codes;
-            thread_local std::vector<std::uint16_t> scales;
-            codes.resize(static_cast<std::size_t>(quant::row_bytes(w.dtype, cols)));
-            scales.resize(static_cast<std::size_t>(quant::blocks_per_row(cols)));
-            w.quant_row(r, codes.data(), scales.data());
-            quant::dequantize_row(w.dtype, codes.data(), scales.data(), cols, out);
+            const FileRow row = file_row(w, r);
+            quant::dequantize_row(w.dtype, row.codes, row.scales, cols, out);
             return;
         }
         default:

@@ -119,23 +119,34 @@ inline std::int32_t block_dot(DType type, const std::byte* codes, const std::int
     return s;
 }
 
+/// Row n of a quantized view in the file layout (whatever its layout in memory), in buffers of
+/// the calling thread that the next call overwrites.
+struct FileRow {
+    const std::byte* codes;
+    const std::uint16_t* scales;
+};
+inline FileRow file_row(const WeightView& w, std::int64_t n) {
+    thread_local std::vector<std::byte> codes;
+    thread_local std::vector<std::uint16_t> scales;
+    codes.resize(static_cast<std::size_t>(quant::row_bytes(w.dtype, w.cols())));
+    scales.resize(static_cast<std::size_t>(quant::blocks_per_row(w.cols())));
+    w.quant_row(n, codes.data(), scales.data());
+    return {codes.data(), scales.data()};
+}
+
 /// Portable path: y[t0.., n] for one row n (any layout).
 inline void quant_row_portable(const WeightView& w, std::int64_t n, const QuantActs& a, std::int64_t t0, std::int64_t t1,
                                Rows<float> y) {
-    thread_local std::vector<std::byte> codes;
-    thread_local std::vector<std::uint16_t> sc;
+    const FileRow row = file_row(w, n);
     thread_local std::vector<float> ws;
-    codes.resize(static_cast<std::size_t>(quant::row_bytes(w.dtype, a.cols)));
-    sc.resize(static_cast<std::size_t>(a.blocks));
     ws.resize(static_cast<std::size_t>(a.blocks));
-    w.quant_row(n, codes.data(), sc.data());
-    for (std::int64_t b = 0; b < a.blocks; ++b) ws[static_cast<std::size_t>(b)] = f16_to_float(sc[static_cast<std::size_t>(b)]);
+    for (std::int64_t b = 0; b < a.blocks; ++b) ws[static_cast<std::size_t>(b)] = f16_to_float(row.scales[b]);
     for (std::int64_t t = t0; t < t1; ++t) {
         const std::int8_t* xq = a.q_row(t);
         const float* xs = a.scale_row(t);
         float acc = 0;
         for (std::int64_t b = 0; b < a.blocks; ++b)
-            acc += static_cast<float>(block_dot(w.dtype, codes.data(), xq, b)) * (ws[static_cast<std::size_t>(b)] * xs[b]);
+            acc += static_cast<float>(block_dot(w.dtype, row.codes, xq, b)) * (ws[static_cast<std::size_t>(b)] * xs[b]);
         y.row(t)[n] = acc;
     }
 }

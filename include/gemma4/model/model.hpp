@@ -83,7 +83,7 @@ public:
     explicit BasicModel(Checkpoint checkpoint, ModelOptions options = {})
         : ck_(std::move(checkpoint)), pool_(std::make_unique<ThreadPool>(options.n_threads)), options_(options) {
         const Gemma4Config& c = ck_.config;
-        to_panels(ck_.weights, options.n_threads);  // a quantized checkpoint's rows, as the kernels read them
+        to_panels(ck_.weights, *pool_);  // a quantized checkpoint's rows, as the kernels read them
         for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
             const int l = static_cast<int>(i);
             const LayerWeights& w = ck_.weights.layers[static_cast<std::size_t>(i)];

@@ -107,10 +107,9 @@ inline std::size_t matrix_bytes(ModelWeights& w) {
 }
 
 /// Quantized matrices held as rows (a quantized checkpoint as mapped) re-laid as panels, the
-/// layout the kernels read (tensor/quant.hpp).
-inline void to_panels(ModelWeights& w, unsigned n_threads = 0) {
+/// layout the kernels read (tensor/quant.hpp), on `pool`'s threads.
+inline void to_panels(ModelWeights& w, ThreadPool& pool) {
     std::shared_ptr<detail::OwnedBuffers> owned;
-    ThreadPool pool(n_threads);
     for (WeightView* v : big_matrices(w)) {
         if (!v->quantized() || v->layout == WeightView::Layout::Panels) continue;
         if (!owned) {

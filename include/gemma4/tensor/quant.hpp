@@ -101,11 +101,15 @@ inline void quantize_row(DType t, const S* src, std::int64_t cols, std::byte* co
 }
 
 /// The integer code of element i of a quantized row (Q4: already minus the offset).
-inline int code_at(DType t, const std::byte* codes, std::int64_t i) {
-    if (t == DType::Q8) return static_cast<std::int8_t>(codes[i]);
-    const auto byte = std::to_integer<unsigned>(codes[q4_byte(i)]);
+/// The byte of a row's codes that holds element i, and the code element i takes from it.
+constexpr std::int64_t code_byte(DType t, std::int64_t i) { return t == DType::Q4 ? q4_byte(i) : i; }
+inline int code_in_byte(DType t, std::byte b, std::int64_t i) {
+    const auto byte = std::to_integer<unsigned>(b);
+    if (t == DType::Q8) return static_cast<std::int8_t>(byte);
     return static_cast<int>(q4_high(i) ? byte >> 4 : byte & 15u) - kQ4Offset;
 }
+
+inline int code_at(DType t, const std::byte* codes, std::int64_t i) { return code_in_byte(t, codes[code_byte(t, i)], i); }
 
 /// Element i of a quantized row as float.
 inline float dequantize_at(DType t, const std::byte* codes, const std::uint16_t* scales, std::int64_t i) {
@@ -162,9 +166,8 @@ inline void clear_panel(DType t, std::int64_t cols, std::byte* panel, std::uint1
 
 /// Element i of row r of a panel as float.
 inline float panel_value_at(DType t, const std::byte* panel, const std::uint16_t* panel_scales, std::int64_t r, std::int64_t i) {
-    const std::int64_t j = t == DType::Q4 ? q4_byte(i) : i;
-    const auto byte = std::to_integer<unsigned>(panel[64 * (j / 4) + 4 * r + j % 4]);
-    const int code = t == DType::Q8 ? static_cast<std::int8_t>(byte) : static_cast<int>(q4_high(i) ? byte >> 4 : byte & 15u) - kQ4Offset;
+    const std::int64_t j = code_byte(t, i);
+    const int code = code_in_byte(t, panel[64 * (j / 4) + 4 * r + j % 4], i);
     return static_cast<float>(code) * f16_to_float(panel_scales[kPanelRows * (i / kBlock) + r]);
 }
 
