@@ -14,10 +14,16 @@
 //    sequence; more than 16 tokens make more passes over a panel, which is then in L2.
 //    vpdpbusd multiplies unsigned by signed bytes, so weights enter as unsigned (Q8: code + 128
 //    by flipping the sign bit; Q4: the stored nibble, code + 8) and each block's int32 sum
-//    starts at −offset·Σx, which keeps it exact.
+//    starts at −offset·Σx, which keeps it exact;
+//  * an AMX one (kernels/amx.hpp) for passes of several tokens: per block, one tile multiply
+//    of 16 tokens × 16 rows × 32 codes (tdpbssd: signed × signed, the Q4 nibbles unpacked to
+//    code − 8 first) gives the same exact block sums, which then take the same convert and FMA.
+//    The tiles of the next two blocks are computed while the vector units scale and add the
+//    previous two, so the tile unit and the vector units work side by side.
 #pragma once
 
 #include <gemma4/error.hpp>
+#include <gemma4/kernels/amx.hpp>
 #include <gemma4/kernels/rows.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/tensor/quant.hpp>
@@ -27,6 +33,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -43,10 +50,14 @@ inline constexpr bool kHaveVnni512 = true;
 inline constexpr bool kHaveVnni512 = false;
 #endif
 
+/// Groups of fewer tokens than this go to the VNNI pass even where AMX exists: it reads the
+/// weights as fast and has no tile overhead.
+inline constexpr int kAmxMinTokens = 8;
+
 /// Activations of one call, int8 per 32-element block.
 struct QuantActs {
     std::int64_t tokens = 0, cols = 0, padded = 0, blocks = 0;
-    std::vector<std::int8_t> q;     ///< [tokens, padded], zeros past cols
+    std::vector<std::int8_t> q;     ///< [tokens, padded], zeros past cols (AMX: zero rows up to a multiple of 16)
     std::vector<float> scale;       ///< [tokens, blocks]
     std::vector<std::int32_t> sum;  ///< [tokens, blocks]: Σ q over the block
 
@@ -248,32 +259,165 @@ struct PanelVnni {
             if (n < N) return dispatch<Q4, N - 1>(n, panel, scales, blocks, act, ahead, y, mask);
         pass<Q4, N>(panel, scales, blocks, act, ahead, y, mask);
     }
+};
 
-    /// Panels [p0, p1) for all tokens.
-    static void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
-        const bool q4 = w.dtype == DType::Q4;
-        // Prefetch distance into L1 (the stream also goes to L2 kAheadL2 bytes ahead): longer
-        // when few tokens make the pass fast.
-        const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;
-        float* yt[G];
-        for (std::int64_t p = p0; p < p1; ++p) {
-            const std::int64_t n0 = p * P, rows = std::min<std::int64_t>(P, w.rows() - n0);
-            const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
-            for (std::int64_t t0 = 0; t0 < a.tokens; t0 += G) {
-                const int n = static_cast<int>(std::min<std::int64_t>(G, a.tokens - t0));
-                for (int t = 0; t < n; ++t) yt[t] = y.row(t0 + t) + n0;
-                const std::int32_t* act = ga.data.data() + t0 * a.blocks * 10;
-                const std::int64_t pf = t0 == 0 ? ahead : 0;
-                if (q4) dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, act, pf, yt, mask);
-                else dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, act, pf, yt, mask);
+#ifdef GEMMA4_HAVE_AMX
+struct PanelAmx {
+    static constexpr int P = static_cast<int>(quant::kPanelRows);
+    static constexpr int G = 16;  ///< tokens per pass: the rows of a tile
+
+    /// Weight block b of a panel as a B tile source: Q8 in place; Q4 unpacked to code − 8 into
+    /// `scratch` (a block's codes are the low or high nibbles of 512 bytes of its 128-group).
+    template <bool Q4>
+    static const std::byte* block_source(const std::byte* panel, std::int64_t b, std::int8_t* scratch) {
+        if constexpr (!Q4) {
+            return panel + b * 512;
+        } else {
+            const std::byte* base = panel + (b / 4) * 1024 + (b % 2) * 512;
+            const bool high = b % 4 >= 2;
+            const __m512i low4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+            for (int s = 0; s < 8; ++s) {
+                const __m512i v = _mm512_loadu_si512(base + 64 * s);
+                const __m512i nib = _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, low4);
+                _mm512_store_si512(scratch + 64 * s, _mm512_sub_epi8(nib, eight));
             }
+            return reinterpret_cast<const std::byte*>(scratch);
         }
     }
+
+    /// Block sums of blocks b and b + 1 for the 16 token rows at q (stride q_stride) into
+    /// sums[0], sums[1] (16 × 16 int32 each, token-major), in accumulator tiles 0, 1 (first set)
+    /// or 2, 3 (second set); A tiles 4, 5 and B tiles 6, 7 (AmxTiles). GCC's tile intrinsics
+    /// paste their tile operands into the instruction text, so they are written as literals.
+    template <bool Q4, bool SecondSet>
+    static void block_pair(const std::byte* panel, std::int64_t b, const std::int8_t* q, std::int64_t q_stride,
+                           std::int8_t (*scratch)[512], std::int32_t (*sums)[G * P]) {
+        const std::int8_t* a0 = q + b * quant::kBlock;
+        const std::int8_t* a1 = a0 + quant::kBlock;
+        const std::byte* b0 = block_source<Q4>(panel, b, scratch[0]);
+        const std::byte* b1 = block_source<Q4>(panel, b + 1, scratch[1]);
+        if constexpr (!SecondSet) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_loadd(4, a0, q_stride);
+            _tile_loadd(6, b0, 64);
+            _tile_dpbssd(0, 4, 6);
+            _tile_loadd(5, a1, q_stride);
+            _tile_loadd(7, b1, 64);
+            _tile_dpbssd(1, 5, 7);
+            _tile_stored(0, sums[0], 64);
+            _tile_stored(1, sums[1], 64);
+        } else {
+            _tile_zero(2);
+            _tile_zero(3);
+            _tile_loadd(4, a0, q_stride);
+            _tile_loadd(6, b0, 64);
+            _tile_dpbssd(2, 4, 6);
+            _tile_loadd(5, a1, q_stride);
+            _tile_loadd(7, b1, 64);
+            _tile_dpbssd(3, 5, 7);
+            _tile_stored(2, sums[0], 64);
+            _tile_stored(3, sums[1], 64);
+        }
+    }
+
+    /// acc[t] += float(sum[t]) · (w_scale · x_scale[t]) for block b: the VNNI pass's float
+    /// sequence exactly.
+    template <int N>
+    static void scale_add(const std::int32_t* sums, const std::uint16_t* scales, const float* xs, std::int64_t xs_stride,
+                          std::int64_t b, __m512* acc) {
+        const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + P * b)));
+#pragma GCC unroll 16
+        for (int t = 0; t < N; ++t)
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + P * t)),
+                                     _mm512_mul_ps(ws, _mm512_set1_ps(xs[t * xs_stride + b])), acc[t]);
+    }
+
+    /// The N tokens whose int8 rows start at q (16 rows readable) over one panel, as
+    /// PanelVnni::pass. Blocks go in pairs: pair i is multiplied in tile set i % 2 while pair
+    /// i − 1 is scaled and added.
+    template <bool Q4, int N>
+    static void pass(const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int8_t* q,
+                     std::int64_t q_stride, const float* xs, std::int64_t xs_stride, std::int64_t ahead, float* const y[N],
+                     __mmask16 mask) {
+        constexpr std::int64_t block_bytes = Q4 ? 256 : 512;
+        alignas(64) std::int32_t sums[2][2][G * P];
+        alignas(64) std::int8_t scratch[2][2][512];
+        __m512 acc[N];
+        for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
+        for (std::int64_t b = 0; b <= blocks; b += 2) {
+            if (b < blocks) {
+                if (ahead) {
+                    const char* f = reinterpret_cast<const char*>(panel) + b * block_bytes + ahead;
+                    for (std::int64_t l = 0; l < 2 * block_bytes; l += 64) {
+                        _mm_prefetch(f + l, _MM_HINT_T0);
+                        _mm_prefetch(f + PanelVnni::kAheadL2 + l, _MM_HINT_T1);
+                    }
+                    _mm_prefetch(reinterpret_cast<const char*>(scales + P * (b + ahead / block_bytes)), _MM_HINT_T0);
+                }
+                if (b / 2 % 2 == 0) block_pair<Q4, false>(panel, b, q, q_stride, scratch[0], sums[0]);
+                else block_pair<Q4, true>(panel, b, q, q_stride, scratch[1], sums[1]);
+            }
+            if (b >= 2) {
+                const int set = static_cast<int>((b - 2) / 2 % 2);
+                scale_add<N>(sums[set][0], scales, xs, xs_stride, b - 2, acc);
+                scale_add<N>(sums[set][1], scales, xs, xs_stride, b - 1, acc);
+            }
+        }
+        for (int t = 0; t < N; ++t) _mm512_mask_storeu_ps(y[t], mask, acc[t]);
+    }
+
+    template <bool Q4, int N = G>
+    static void dispatch(int n, const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int8_t* q,
+                         std::int64_t q_stride, const float* xs, std::int64_t xs_stride, std::int64_t ahead, float* const* y,
+                         __mmask16 mask) {
+        if constexpr (N > kAmxMinTokens)
+            if (n < N) return dispatch<Q4, N - 1>(n, panel, scales, blocks, q, q_stride, xs, xs_stride, ahead, y, mask);
+        pass<Q4, N>(panel, scales, blocks, q, q_stride, xs, xs_stride, ahead, y, mask);
+    }
 };
+#endif
+
+/// Panels [p0, p1) of w for all tokens: groups of at least kAmxMinTokens tokens take the
+/// AMX pass when `amx`, the others the VNNI pass (ga holds their prepared activations).
+inline void quant_panels(const WeightView& w, const QuantActs& a, const PanelVnni::GroupActs& ga, bool amx, std::int64_t p0,
+                         std::int64_t p1, Rows<float> y) {
+    constexpr int P = PanelVnni::P, G = PanelVnni::G;
+    const bool q4 = w.dtype == DType::Q4;
+    // Prefetch distance into L1 (the stream also goes to L2 kAheadL2 bytes ahead): longer when
+    // few tokens make the pass fast.
+    const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;
+#ifdef GEMMA4_HAVE_AMX
+    std::optional<AmxTiles::TileScope> tiles;
+    if (amx) tiles.emplace();
+#endif
+    float* yt[G];
+    for (std::int64_t p = p0; p < p1; ++p) {
+        const std::int64_t n0 = p * P, rows = std::min<std::int64_t>(P, w.rows() - n0);
+        const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
+        for (std::int64_t t0 = 0; t0 < a.tokens; t0 += G) {
+            const int n = static_cast<int>(std::min<std::int64_t>(G, a.tokens - t0));
+            for (int t = 0; t < n; ++t) yt[t] = y.row(t0 + t) + n0;
+            const std::int64_t pf = t0 == 0 ? ahead : 0;
+#ifdef GEMMA4_HAVE_AMX
+            if (amx && n >= kAmxMinTokens) {
+                if (q4) PanelAmx::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, a.q_row(t0), a.padded, a.scale_row(t0), a.blocks, pf, yt, mask);
+                else PanelAmx::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, a.q_row(t0), a.padded, a.scale_row(t0), a.blocks, pf, yt, mask);
+                continue;
+            }
+#endif
+            const std::int32_t* act = ga.data.data() + t0 * a.blocks * 10;
+            if (q4) PanelVnni::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, act, pf, yt, mask);
+            else PanelVnni::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, act, pf, yt, mask);
+        }
+    }
+}
 #pragma GCC diagnostic pop
 #endif
 
-enum class QuantPath : std::uint8_t { Best, Portable };
+/// Which kernel runs: the fastest this build and process have (AMX, else VNNI, else portable),
+/// the AVX-512 VNNI one without AMX, or the portable one. The tests compare them.
+enum class QuantPath : std::uint8_t { Best, Vnni, Portable };
 
 /// One Q8/Q4 matrix of a linear_quant call and where its outputs go.
 struct QuantTarget {
@@ -316,17 +460,27 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
     };
 #ifdef GEMMA4_HAVE_VNNI512
     const bool panels = std::all_of(targets.begin(), targets.end(), [](const QuantTarget& t) { return t.w->layout == WeightView::Layout::Panels; });
-    if (path == QuantPath::Best && panels) {
+    if (path != QuantPath::Portable && panels) {
+        constexpr std::int64_t G = PanelVnni::G;
+        const bool amx = path == QuantPath::Best && amx_usable();
+        // The tokens of groups that the VNNI pass takes: all, or (AMX) those of a last group too
+        // small for tiles. Tile loads read whole groups of 16 rows, so AMX pads with zero rows.
+        const std::int64_t vnni_from = !amx ? 0 : tokens % G >= kAmxMinTokens ? tokens : tokens / G * G;
+        if (amx) {
+            const std::int64_t rows = (tokens + G - 1) / G * G;
+            a.q.resize(static_cast<std::size_t>(rows * a.padded));
+            std::fill(a.q.begin() + tokens * a.padded, a.q.end(), std::int8_t{0});
+        }
         thread_local PanelVnni::GroupActs groups;
         PanelVnni::GroupActs& ga = groups;  // the caller's: lambdas on other threads see their own thread_locals
         ga.data.resize(static_cast<std::size_t>(tokens * a.blocks * 10));
         const int offset = w0.dtype == DType::Q4 ? quant::kQ4Offset : 128;
         prepare([&](std::int64_t t0, std::int64_t t1) {
             quantize_activations(x, t0, t1, a);
-            PanelVnni::group_acts(a, offset, t0, t1, ga);
+            if (t1 > vnni_from) PanelVnni::group_acts(a, offset, std::max(t0, vnni_from), t1, ga);
         });
         run([](const WeightView& w) { return quant::panel_count(w.rows()); }, 1,
-            [&](const QuantTarget& t, std::int64_t p0, std::int64_t p1) { PanelVnni::panels(*t.w, a, ga, p0, p1, t.y); });
+            [&](const QuantTarget& t, std::int64_t p0, std::int64_t p1) { quant_panels(*t.w, a, ga, amx, p0, p1, t.y); });
         return;
     }
 #endif
@@ -351,3 +505,4 @@ inline void linear_quant(const WeightView& w, Rows<const float> x, Rows<float> y
 }  // namespace gemma4::detail
 
 #undef GEMMA4_HAVE_VNNI512
+#undef GEMMA4_HAVE_AMX
