@@ -211,3 +211,50 @@ TEST_CASE("inconsistent quantized checkpoints are clear errors", "[formats][erro
     REQUIRE_THROWS_AS(load_checkpoint(bad), FormatError);
     REQUIRE_THROWS_WITH(load_checkpoint(bad), Catch::Contains("origin_dtype"));
 }
+
+TEST_CASE("a batch of quantized decodes equals each sequence decoding alone, bit for bit", "[formats][batch]") {
+    // 12 sequences in one step put 12 tokens through every matrix (the AMX pass where the CPU has
+    // it); alone, each step is a single token (the VNNI or portable pass). Both compute the same
+    // block sums and float sequence, so the logits agree exactly.
+    const auto dir = test::temp_dir("formats_batch");
+    const Gemma4Config c = test::small_model_config();
+    write_random_checkpoint(dir, c, {.seed = 9, .dtype = DType::BF16});
+    for (WeightFormat format : {WeightFormat::Int8, WeightFormat::Int4}) {
+        DYNAMIC_SECTION(weight_format_name(format)) {
+            const Model<float> m = Model<float>::load(dir, ModelOptions{2}, LoadOptions{.format = format});
+            constexpr int kSeqs = 12, kSteps = 3;
+            KVCache<float> batched = m.make_cache(), alone = m.make_cache();
+            std::vector<SeqId> bs, as;
+            std::vector<std::vector<std::int32_t>> next(kSeqs);
+            std::uint32_t s = 77;
+            auto token = [&] {
+                s = s * 1664525u + 1013904223u;
+                return static_cast<std::int32_t>((s >> 8) % static_cast<std::uint32_t>(c.vocab_size));
+            };
+            for (int i = 0; i < kSeqs; ++i) {  // ragged prompts, some past the sliding window
+                std::vector<std::int32_t> prompt(static_cast<std::size_t>(3 + 2 * i));
+                for (auto& id : prompt) id = token();
+                bs.push_back(batched.add_sequence());
+                as.push_back(alone.add_sequence());
+                m.forward(prompt, batched, bs.back(), LogitsMode::Last);
+                m.forward(prompt, alone, as.back(), LogitsMode::Last);
+                for (int k = 0; k < kSteps; ++k) next[static_cast<std::size_t>(i)].push_back(token());
+            }
+            for (int step = 0; step < kSteps; ++step) {
+                std::vector<SequenceChunk> batch;
+                for (int i = 0; i < kSeqs; ++i)
+                    batch.push_back({bs[static_cast<std::size_t>(i)], std::span<const std::int32_t>(next[static_cast<std::size_t>(i)]).subspan(static_cast<std::size_t>(step), 1)});
+                const Logits<float> together = m.forward(batch, batched);
+                REQUIRE(together.rows == kSeqs);
+                for (int i = 0; i < kSeqs; ++i) {
+                    INFO("step " << step << " sequence " << i);
+                    const Logits<float> one = m.forward(std::span<const std::int32_t>(next[static_cast<std::size_t>(i)]).subspan(static_cast<std::size_t>(step), 1),
+                                                        alone, as[static_cast<std::size_t>(i)]);
+                    const auto a = together.row(i), b = one.row(0);
+                    REQUIRE(a.size() == b.size());
+                    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+                }
+            }
+        }
+    }
+}

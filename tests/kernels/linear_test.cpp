@@ -1,6 +1,7 @@
 // linear for every weight format against a double-precision transcription of y = x·wᵀ, on odd
 // shapes, with guard regions around every output row; quantization error bounds; the VNNI path
-// against the portable one; thread-count and token-count invariance.
+// against the portable one and the AMX path against the VNNI one; thread-count and token-count
+// invariance.
 #include <catch2/catch.hpp>
 
 #include <gemma4/io/safetensors_writer.hpp>
@@ -303,6 +304,38 @@ TEST_CASE("the VNNI path agrees with the portable path", "[kernels][linear][vnni
                 REQUIRE(fast.guards_intact());
                 REQUIRE(port.guards_intact());
                 check_same_sums(w, x, fast, port, T, N, K);
+            }
+}
+
+TEST_CASE("the AMX path equals the VNNI path bit for bit", "[kernels][linear][amx]") {
+    if (!detail::kHaveAmxBuild || !detail::amx_usable()) {
+        WARN("AMX-INT8 not enabled in this build or not granted by the OS; only the VNNI path runs");
+        return;
+    }
+    ThreadPool pool(2);
+    for (DType dtype : {DType::Q8, DType::Q4})
+        for (auto [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 31}, {19, 385}, {8, 3840}, {40, 256}})
+            // below, at and above the AMX threshold; full and partial groups of 16; a last group
+            // small enough for the VNNI pass
+            for (std::int64_t T : {7, 8, 9, 15, 16, 17, 23, 24, 35, 40}) {
+                INFO(describe(dtype, N, K, T));
+                const TestWeight w = make_weight(dtype, N, K, 18);
+                const auto x = make_x(T, K, 16);
+                Guarded amx(T, N), vnni(T, N);
+                detail::linear_quant(w.view, {x.data(), K}, amx.rows(), T, pool, detail::QuantPath::Best);
+                detail::linear_quant(w.view, {x.data(), K}, vnni.rows(), T, pool, detail::QuantPath::Vnni);
+                REQUIRE(amx.guards_intact());
+                REQUIRE(vnni.guards_intact());
+                CHECK(std::memcmp(amx.buf.data(), vnni.buf.data(), amx.buf.size() * sizeof(float)) == 0);
+                std::int64_t bad = 0;  // and against the exact products of the stored values
+                for (std::int64_t t = 0; t < T; ++t)
+                    for (std::int64_t n = 0; n < N; ++n) {
+                        double ref = 0;
+                        for (std::int64_t k = 0; k < K; ++k)
+                            ref += w.values[static_cast<std::size_t>(n * K + k)] * static_cast<double>(x[static_cast<std::size_t>(t * K + k)]);
+                        bad += !(std::fabs(amx.at(t, n) - ref) <= bound(w, n, x.data() + t * K, K));
+                    }
+                CHECK(bad == 0);
             }
 }
 

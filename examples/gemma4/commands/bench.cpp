@@ -119,6 +119,33 @@ double int8_peak(ThreadPool& pool) {
 #endif
 }
 
+/// int8 multiply-add throughput of AMX tiles (tdpbssd on full 16 × 64 tiles, 2 ops per product)
+/// on all threads; 0 where the build or the OS gives no AMX.
+double amx_int8_peak(ThreadPool& pool) {
+#ifdef GEMMA4_HAVE_AMX
+    if (!detail::amx_usable()) return 0;
+    constexpr std::int64_t kIters = 2'000'000;
+    const auto t0 = Clock::now();
+    pool.parallel_for(pool.size(), [&](std::int64_t a, std::int64_t b) {
+        for (std::int64_t task = a; task < b; ++task) {
+            detail::AmxTiles::Config full;
+            for (int t = 0; t < 8; ++t) full.rows[t] = 16, full.colsb[t] = 64;
+            const detail::AmxTiles::TileScope tiles(full);  // tiles start zeroed
+            for (std::int64_t i = 0; i < kIters; ++i) {  // four independent accumulators
+                _tile_dpbssd(0, 4, 6);
+                _tile_dpbssd(1, 4, 7);
+                _tile_dpbssd(2, 5, 6);
+                _tile_dpbssd(3, 5, 7);
+            }
+        }
+    });
+    return 2.0 * 16 * 16 * 64 * 4 * static_cast<double>(kIters) * pool.size() / seconds_since(t0);
+#else
+    (void)pool;
+    return 0;
+#endif
+}
+
 std::size_t peak_rss_bytes() {
     std::ifstream in("/proc/self/status");
     std::string line;
@@ -221,6 +248,7 @@ int run(cli::Args& args) {
     const double bandwidth = read_bandwidth(probe_pool, static_cast<std::size_t>(bw_mb) << 20);
     const double peak_fma = fma_peak(probe_pool);
     const double peak_int8 = int8_peak(probe_pool);
+    const double peak_amx = amx_int8_peak(probe_pool);
 
     Gemma4Config c = kGemma4_12B;
     c.num_hidden_layers = layers;
@@ -320,6 +348,10 @@ int run(cli::Args& args) {
     }
     if (int8_kernels)
         j["prefill_fraction_of_int8_peak"] = prefill_s > 0 ? prefill_flops / prefill_s / peak_int8 : 0.0;
+    if (peak_amx > 0) {  // the Q8/Q4 kernels take AMX tiles for 8 or more tokens at a time
+        j["measured_peak_amx_int8_ops_per_s"] = peak_amx;
+        if (int8_kernels) j["prefill_fraction_of_amx_peak"] = prefill_s > 0 ? prefill_flops / prefill_s / peak_amx : 0.0;
+    }
     if (context > 0) {
         j["context"] = context;
         j["kv_fill_s"] = fill_s;
@@ -333,6 +365,8 @@ int run(cli::Args& args) {
     std::printf("prefill   %8.2f tok/s   (%lld tokens x %lld, %.1f GFLOP/s = %.0f%% of the %s peak %.1f G/s)\n", prefill_tps,
                 static_cast<long long>(P), static_cast<long long>(B), prefill_flops / prefill_s / 1e9, 100 * prefill_flops / prefill_s / peak,
                 int8_kernels ? "int8" : "FMA", peak / 1e9);
+    if (int8_kernels && peak_amx > 0)
+        std::printf("          (AMX tiles: %.0f%% of their int8 peak %.1f G/s)\n", 100 * prefill_flops / prefill_s / peak_amx, peak_amx / 1e9);
     std::printf("decode    %8.2f tok/s   (%lld steps x %lld)\n", decode_tps, static_cast<long long>(G), static_cast<long long>(B));
     if (alone)
         std::printf("alone     %8.2f tok/s   (one sequence, steps alternating with the batch's): batch speedup %.2fx\n",

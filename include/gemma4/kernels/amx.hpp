@@ -61,14 +61,19 @@ struct AmxTiles {
         std::uint8_t rows[16] = {};
     };
 
+    /// The kernel's configuration.
+    static Config kernel_config() {
+        Config c;
+        for (int t : kAccumulators) c.rows[t] = 16, c.colsb[t] = 64;
+        for (int t : kActivations) c.rows[t] = 16, c.colsb[t] = 32;
+        for (int t : kWeights) c.rows[t] = 8, c.colsb[t] = 64;
+        return c;
+    }
+
     /// ldtilecfg for this thread, tilerelease when the scope ends (the OS then need not save the
     /// 8 KB of tile state on a context switch).
     struct TileScope {
-        TileScope() {
-            Config c;
-            for (int t : kAccumulators) c.rows[t] = 16, c.colsb[t] = 64;
-            for (int t : kActivations) c.rows[t] = 16, c.colsb[t] = 32;
-            for (int t : kWeights) c.rows[t] = 8, c.colsb[t] = 64;
+        explicit TileScope(const Config& c = kernel_config()) {
             // Inline asm rather than _tile_loadconfig: GCC 12 does not see the intrinsic read its
             // operand and drops the stores that fill it.
             asm volatile("ldtilecfg %0" : : "m"(c));

@@ -505,4 +505,3 @@ inline void linear_quant(const WeightView& w, Rows<const float> x, Rows<float> y
 }  // namespace gemma4::detail
 
 #undef GEMMA4_HAVE_VNNI512
-#undef GEMMA4_HAVE_AMX
