@@ -57,7 +57,7 @@ inline constexpr int kAmxMinTokens = 8;
 /// Activations of one call, int8 per 32-element block.
 struct QuantActs {
     std::int64_t tokens = 0, cols = 0, padded = 0, blocks = 0;
-    std::vector<std::int8_t> q;     ///< [tokens, padded], zeros past cols (AMX: zero rows up to a multiple of 16)
+    std::vector<std::int8_t> q;     ///< [tokens, padded], zeros past cols
     std::vector<float> scale;       ///< [tokens, blocks]
     std::vector<std::int32_t> sum;  ///< [tokens, blocks]: Σ q over the block
 
@@ -285,15 +285,35 @@ struct PanelAmx {
         }
     }
 
-    /// Block sums of blocks b and b + 1 for the 16 token rows at q (stride q_stride) into
-    /// sums[0], sums[1] (16 × 16 int32 each, token-major), in accumulator tiles 0, 1 (first set)
-    /// or 2, 3 (second set); A tiles 4, 5 and B tiles 6, 7 (AmxTiles). GCC's tile intrinsics
-    /// paste their tile operands into the instruction text, so they are written as literals.
+    /// A group's activations for the A tiles: block by block, the 16 tokens' 32 codes of each
+    /// block together (512 bytes; rows past the last token zero), so that the pass reads them as
+    /// one sequential stream.
+    static constexpr std::int64_t kGroupBlockBytes = G * quant::kBlock;
+
+    /// Tokens [t0, t1) of `a` into `tiles` (sized for all groups), and the zero rows that pad
+    /// the last group when t1 is the last token.
+    static void group_tiles(const QuantActs& a, std::int64_t t0, std::int64_t t1, std::vector<std::int8_t>& tiles) {
+        const std::int64_t t_end = t1 == a.tokens ? (t1 + G - 1) / G * G : t1;
+        for (std::int64_t t = t0; t < t_end; ++t) {
+            std::int8_t* g = tiles.data() + t / G * a.blocks * kGroupBlockBytes + t % G * quant::kBlock;
+            for (std::int64_t b = 0; b < a.blocks; ++b) {
+                std::int8_t* dst = g + b * kGroupBlockBytes;
+                if (t < a.tokens) std::memcpy(dst, a.q_row(t) + b * quant::kBlock, quant::kBlock);
+                else std::memset(dst, 0, quant::kBlock);
+            }
+        }
+    }
+
+    /// Block sums of blocks b and b + 1 of the group whose tiles start at `acts` into sums[0],
+    /// sums[1] (16 × 16 int32 each, token-major), in accumulator tiles 0, 1 (first set) or 2, 3
+    /// (second set); A tiles 4, 5 and B tiles 6, 7 (AmxTiles). GCC's tile intrinsics paste their
+    /// tile operands into the instruction text, so they are written as literals.
     template <bool Q4, bool SecondSet>
-    static void block_pair(const std::byte* panel, std::int64_t b, const std::int8_t* q, std::int64_t q_stride,
-                           std::int8_t (*scratch)[512], std::int32_t (*sums)[G * P]) {
-        const std::int8_t* a0 = q + b * quant::kBlock;
-        const std::int8_t* a1 = a0 + quant::kBlock;
+    static void block_pair(const std::byte* panel, std::int64_t b, const std::int8_t* acts, std::int8_t (*scratch)[512],
+                           std::int32_t (*sums)[G * P]) {
+        constexpr std::int64_t q_stride = quant::kBlock;
+        const std::int8_t* a0 = acts + b * kGroupBlockBytes;
+        const std::int8_t* a1 = a0 + kGroupBlockBytes;
         const std::byte* b0 = block_source<Q4>(panel, b, scratch[0]);
         const std::byte* b1 = block_source<Q4>(panel, b + 1, scratch[1]);
         if constexpr (!SecondSet) {
@@ -333,13 +353,12 @@ struct PanelAmx {
                                      _mm512_mul_ps(ws, _mm512_set1_ps(xs[t * xs_stride + b])), acc[t]);
     }
 
-    /// The N tokens whose int8 rows start at q (16 rows readable) over one panel, as
+    /// The N tokens of the group whose tiles start at `acts` over one panel, as
     /// PanelVnni::pass. Blocks go in pairs: pair i is multiplied in tile set i % 2 while pair
     /// i − 1 is scaled and added.
     template <bool Q4, int N>
-    static void pass(const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int8_t* q,
-                     std::int64_t q_stride, const float* xs, std::int64_t xs_stride, std::int64_t ahead, float* const y[N],
-                     __mmask16 mask) {
+    static void pass(const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int8_t* acts,
+                     const float* xs, std::int64_t xs_stride, std::int64_t ahead, float* const y[N], __mmask16 mask) {
         constexpr std::int64_t block_bytes = Q4 ? 256 : 512;
         alignas(64) std::int32_t sums[2][2][G * P];
         alignas(64) std::int8_t scratch[2][2][512];
@@ -355,8 +374,8 @@ struct PanelAmx {
                     }
                     _mm_prefetch(reinterpret_cast<const char*>(scales + P * (b + ahead / block_bytes)), _MM_HINT_T0);
                 }
-                if (b / 2 % 2 == 0) block_pair<Q4, false>(panel, b, q, q_stride, scratch[0], sums[0]);
-                else block_pair<Q4, true>(panel, b, q, q_stride, scratch[1], sums[1]);
+                if (b / 2 % 2 == 0) block_pair<Q4, false>(panel, b, acts, scratch[0], sums[0]);
+                else block_pair<Q4, true>(panel, b, acts, scratch[1], sums[1]);
             }
             if (b >= 2) {
                 const int set = static_cast<int>((b - 2) / 2 % 2);
@@ -368,28 +387,27 @@ struct PanelAmx {
     }
 
     template <bool Q4, int N = G>
-    static void dispatch(int n, const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int8_t* q,
-                         std::int64_t q_stride, const float* xs, std::int64_t xs_stride, std::int64_t ahead, float* const* y,
-                         __mmask16 mask) {
+    static void dispatch(int n, const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int8_t* acts,
+                         const float* xs, std::int64_t xs_stride, std::int64_t ahead, float* const* y, __mmask16 mask) {
         if constexpr (N > kAmxMinTokens)
-            if (n < N) return dispatch<Q4, N - 1>(n, panel, scales, blocks, q, q_stride, xs, xs_stride, ahead, y, mask);
-        pass<Q4, N>(panel, scales, blocks, q, q_stride, xs, xs_stride, ahead, y, mask);
+            if (n < N) return dispatch<Q4, N - 1>(n, panel, scales, blocks, acts, xs, xs_stride, ahead, y, mask);
+        pass<Q4, N>(panel, scales, blocks, acts, xs, xs_stride, ahead, y, mask);
     }
 };
 #endif
 
 /// Panels [p0, p1) of w for all tokens: groups of at least kAmxMinTokens tokens take the
-/// AMX pass when `amx`, the others the VNNI pass (ga holds their prepared activations).
-inline void quant_panels(const WeightView& w, const QuantActs& a, const PanelVnni::GroupActs& ga, bool amx, std::int64_t p0,
-                         std::int64_t p1, Rows<float> y) {
+/// AMX pass when `amx` (`tiles` holds their activations), the others the VNNI pass (`ga`).
+inline void quant_panels(const WeightView& w, const QuantActs& a, const PanelVnni::GroupActs& ga,
+                         const std::vector<std::int8_t>& tiles, bool amx, std::int64_t p0, std::int64_t p1, Rows<float> y) {
     constexpr int P = PanelVnni::P, G = PanelVnni::G;
     const bool q4 = w.dtype == DType::Q4;
     // Prefetch distance into L1 (the stream also goes to L2 kAheadL2 bytes ahead): longer when
     // few tokens make the pass fast.
     const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;
 #ifdef GEMMA4_HAVE_AMX
-    std::optional<AmxTiles::TileScope> tiles;
-    if (amx) tiles.emplace();
+    std::optional<AmxTiles::TileScope> tile_scope;
+    if (amx) tile_scope.emplace();
 #endif
     float* yt[G];
     for (std::int64_t p = p0; p < p1; ++p) {
@@ -401,8 +419,9 @@ inline void quant_panels(const WeightView& w, const QuantActs& a, const PanelVnn
             const std::int64_t pf = t0 == 0 ? ahead : 0;
 #ifdef GEMMA4_HAVE_AMX
             if (amx && n >= kAmxMinTokens) {
-                if (q4) PanelAmx::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, a.q_row(t0), a.padded, a.scale_row(t0), a.blocks, pf, yt, mask);
-                else PanelAmx::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, a.q_row(t0), a.padded, a.scale_row(t0), a.blocks, pf, yt, mask);
+                const std::int8_t* acts = tiles.data() + t0 * a.blocks * quant::kBlock;
+                if (q4) PanelAmx::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
+                else PanelAmx::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
                 continue;
             }
 #endif
@@ -464,23 +483,25 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
         constexpr std::int64_t G = PanelVnni::G;
         const bool amx = path == QuantPath::Best && amx_usable();
         // The tokens of groups that the VNNI pass takes: all, or (AMX) those of a last group too
-        // small for tiles. Tile loads read whole groups of 16 rows, so AMX pads with zero rows.
+        // small for tiles.
         const std::int64_t vnni_from = !amx ? 0 : tokens % G >= kAmxMinTokens ? tokens : tokens / G * G;
-        if (amx) {
-            const std::int64_t rows = (tokens + G - 1) / G * G;
-            a.q.resize(static_cast<std::size_t>(rows * a.padded));
-            std::fill(a.q.begin() + tokens * a.padded, a.q.end(), std::int8_t{0});
-        }
         thread_local PanelVnni::GroupActs groups;
-        PanelVnni::GroupActs& ga = groups;  // the caller's: lambdas on other threads see their own thread_locals
+        thread_local std::vector<std::int8_t> amx_tiles;
+        // the caller's: lambdas on other threads see their own thread_locals
+        PanelVnni::GroupActs& ga = groups;
+        std::vector<std::int8_t>& tiles = amx_tiles;
         ga.data.resize(static_cast<std::size_t>(tokens * a.blocks * 10));
+        if (amx) tiles.resize(static_cast<std::size_t>((tokens + G - 1) / G * a.blocks * G * quant::kBlock));
         const int offset = w0.dtype == DType::Q4 ? quant::kQ4Offset : 128;
         prepare([&](std::int64_t t0, std::int64_t t1) {
             quantize_activations(x, t0, t1, a);
+#ifdef GEMMA4_HAVE_AMX
+            if (amx && t0 < vnni_from) PanelAmx::group_tiles(a, t0, std::min(t1, vnni_from), tiles);
+#endif
             if (t1 > vnni_from) PanelVnni::group_acts(a, offset, std::max(t0, vnni_from), t1, ga);
         });
         run([](const WeightView& w) { return quant::panel_count(w.rows()); }, 1,
-            [&](const QuantTarget& t, std::int64_t p0, std::int64_t p1) { quant_panels(*t.w, a, ga, amx, p0, p1, t.y); });
+            [&](const QuantTarget& t, std::int64_t p0, std::int64_t p1) { quant_panels(*t.w, a, ga, tiles, amx, p0, p1, t.y); });
         return;
     }
 #endif
