@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -286,25 +287,36 @@ TEST_CASE("linear on weights held as rows equals linear on panels", "[kernels][l
     }
 }
 
+namespace {
+
+/// linear_quant along paths a and b on Q8/Q4 weights of several shapes, for each token count;
+/// `check(w, x, ya, yb, T, N, K)` judges the two outputs (guards are checked here).
+template <class Check>
+void compare_paths(detail::QuantPath a, detail::QuantPath b, std::initializer_list<std::int64_t> token_counts, Check check) {
+    ThreadPool pool(2);
+    for (DType dtype : {DType::Q8, DType::Q4})
+        for (auto [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 31}, {19, 385}, {8, 3840}, {40, 256}})
+            for (std::int64_t T : token_counts) {
+                INFO(describe(dtype, N, K, T));
+                const TestWeight w = make_weight(dtype, N, K, 8);
+                const auto x = make_x(T, K, 6);
+                Guarded ya(T, N), yb(T, N);
+                detail::linear_quant(w.view, {x.data(), K}, ya.rows(), T, pool, a);
+                detail::linear_quant(w.view, {x.data(), K}, yb.rows(), T, pool, b);
+                REQUIRE(ya.guards_intact());
+                REQUIRE(yb.guards_intact());
+                check(w, x, ya, yb, T, N, K);
+            }
+}
+
+}  // namespace
+
 TEST_CASE("the VNNI path agrees with the portable path", "[kernels][linear][vnni]") {
     if (!detail::kHaveVnni512) {
         WARN("AVX-512 VNNI not enabled in this build; only the portable path exists");
         return;
     }
-    ThreadPool pool(2);
-    for (DType dtype : {DType::Q8, DType::Q4})
-        for (auto [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 31}, {19, 385}, {8, 3840}, {40, 256}})
-            for (std::int64_t T : {1, 3, 7, 16, 17, 40}) {
-                INFO(describe(dtype, N, K, T));
-                const TestWeight w = make_weight(dtype, N, K, 8);
-                const auto x = make_x(T, K, 6);
-                Guarded fast(T, N), port(T, N);
-                detail::linear_quant(w.view, {x.data(), K}, fast.rows(), T, pool, detail::QuantPath::Best);
-                detail::linear_quant(w.view, {x.data(), K}, port.rows(), T, pool, detail::QuantPath::Portable);
-                REQUIRE(fast.guards_intact());
-                REQUIRE(port.guards_intact());
-                check_same_sums(w, x, fast, port, T, N, K);
-            }
+    compare_paths(detail::QuantPath::Vnni, detail::QuantPath::Portable, {1, 3, 7, 16, 17, 40}, check_same_sums);
 }
 
 TEST_CASE("the AMX path equals the VNNI path bit for bit", "[kernels][linear][amx]") {
@@ -312,31 +324,22 @@ TEST_CASE("the AMX path equals the VNNI path bit for bit", "[kernels][linear][am
         WARN("AMX-INT8 not enabled in this build or not granted by the OS; only the VNNI path runs");
         return;
     }
-    ThreadPool pool(2);
-    for (DType dtype : {DType::Q8, DType::Q4})
-        for (auto [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 31}, {19, 385}, {8, 3840}, {40, 256}})
-            // below, at and above the AMX threshold; full and partial groups of 16; a last group
-            // small enough for the VNNI pass
-            for (std::int64_t T : {7, 8, 9, 15, 16, 17, 23, 24, 35, 40}) {
-                INFO(describe(dtype, N, K, T));
-                const TestWeight w = make_weight(dtype, N, K, 18);
-                const auto x = make_x(T, K, 16);
-                Guarded amx(T, N), vnni(T, N);
-                detail::linear_quant(w.view, {x.data(), K}, amx.rows(), T, pool, detail::QuantPath::Best);
-                detail::linear_quant(w.view, {x.data(), K}, vnni.rows(), T, pool, detail::QuantPath::Vnni);
-                REQUIRE(amx.guards_intact());
-                REQUIRE(vnni.guards_intact());
-                CHECK(std::memcmp(amx.buf.data(), vnni.buf.data(), amx.buf.size() * sizeof(float)) == 0);
-                std::int64_t bad = 0;  // and against the exact products of the stored values
-                for (std::int64_t t = 0; t < T; ++t)
-                    for (std::int64_t n = 0; n < N; ++n) {
-                        double ref = 0;
-                        for (std::int64_t k = 0; k < K; ++k)
-                            ref += w.values[static_cast<std::size_t>(n * K + k)] * static_cast<double>(x[static_cast<std::size_t>(t * K + k)]);
-                        bad += !(std::fabs(amx.at(t, n) - ref) <= bound(w, n, x.data() + t * K, K));
-                    }
-                CHECK(bad == 0);
-            }
+    // below, at and above the AMX threshold; full and partial groups of 16; a last group small
+    // enough for the VNNI pass
+    compare_paths(detail::QuantPath::Best, detail::QuantPath::Vnni, {7, 8, 9, 15, 16, 17, 23, 24, 35, 40},
+                  [](const TestWeight& w, const std::vector<float>& x, const Guarded& amx, const Guarded& vnni, std::int64_t T,
+                     std::int64_t N, std::int64_t K) {
+                      CHECK(std::memcmp(amx.buf.data(), vnni.buf.data(), amx.buf.size() * sizeof(float)) == 0);
+                      std::int64_t bad = 0;  // and against the exact products of the stored values
+                      for (std::int64_t t = 0; t < T; ++t)
+                          for (std::int64_t n = 0; n < N; ++n) {
+                              double ref = 0;
+                              for (std::int64_t k = 0; k < K; ++k)
+                                  ref += w.values[static_cast<std::size_t>(n * K + k)] * static_cast<double>(x[static_cast<std::size_t>(t * K + k)]);
+                              bad += !(std::fabs(amx.at(t, n) - ref) <= bound(w, n, x.data() + t * K, K));
+                          }
+                      CHECK(bad == 0);
+                  });
 }
 
 TEST_CASE("linear over several matrices sharing an input equals one call per matrix, bit for bit", "[kernels][linear][shared]") {
