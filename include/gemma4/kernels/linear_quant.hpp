@@ -481,7 +481,7 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
     const bool panels = std::all_of(targets.begin(), targets.end(), [](const QuantTarget& t) { return t.w->layout == WeightView::Layout::Panels; });
     if (path != QuantPath::Portable && panels) {
         constexpr std::int64_t G = PanelVnni::G;
-        const bool amx = path == QuantPath::Best && amx_usable();
+        const bool amx = path == QuantPath::Best && tokens >= kAmxMinTokens && amx_usable();
         // The tokens of groups that the VNNI pass takes: all, or (AMX) those of a last group too
         // small for tiles.
         const std::int64_t vnni_from = !amx ? 0 : tokens % G >= kAmxMinTokens ? tokens : tokens / G * G;
