@@ -124,37 +124,81 @@ inline B row_batch(Int8HeadRow r, std::int64_t i0) {
     return B::load_aligned(tmp);
 }
 
+/// The score pass of attend_span for float/double rows, register-blocked: 4 keys × 4 heads of
+/// dot products accumulate in registers, so each loaded vector of K or q serves 4 products
+/// (one load per product otherwise, and the loads, not the FMAs, set the pace). Missing keys or
+/// heads of a partial block repeat the first one; their products are dropped. Needs d to be a
+/// multiple of the batch size.
+template <class T, class KeyAt>
+void score_pass_blocked(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, KeyAt key, T* scores) {
+    using B = xsimd::batch<T>;
+    constexpr auto S = static_cast<std::int64_t>(B::size);
+    constexpr std::int64_t K = 4, H = 4;  // keys and heads per block
+    const std::int64_t len = j1 - j0 + 1;
+    for (std::int64_t j = j0; j <= j1; j += K) {
+        const std::int64_t kb = std::min<std::int64_t>(K, j1 - j + 1);
+        for (std::int64_t a = j + K; a < std::min(j + 2 * K, j1 + 1); ++a) row_prefetch(key(a), d);
+        const T* kr[K];
+        for (std::int64_t x = 0; x < K; ++x) kr[x] = key(j + (x < kb ? x : 0));
+        for (std::int64_t h0 = 0; h0 < group; h0 += H) {
+            const std::int64_t hb = std::min<std::int64_t>(H, group - h0);
+            const T* qh[H];
+            for (std::int64_t y = 0; y < H; ++y) qh[y] = q + (h0 + (y < hb ? y : 0)) * d;
+            B acc[H][K];
+            for (auto& r : acc)
+                for (auto& c : r) c = B(T(0));
+            for (std::int64_t i = 0; i < d; i += S) {
+                B kv[K], qv[H];
+                for (std::int64_t x = 0; x < K; ++x) kv[x] = B::load_unaligned(kr[x] + i);
+                for (std::int64_t y = 0; y < H; ++y) qv[y] = B::load_unaligned(qh[y] + i);
+                for (std::int64_t y = 0; y < H; ++y)
+                    for (std::int64_t x = 0; x < K; ++x) acc[y][x] = xsimd::fma(qv[y], kv[x], acc[y][x]);
+            }
+            for (std::int64_t y = 0; y < hb; ++y)
+                for (std::int64_t x = 0; x < kb; ++x) scores[(h0 + y) * len + (j - j0 + x)] = xsimd::hadd(acc[y][x]);
+        }
+    }
+}
+
 /// The value pass of attend_span, register-blocked: up to 4 heads × 4 batches of d stay in
-/// registers across all keys of the span (one pass per 4·S-wide slice of d and per 4 heads), so
-/// each V element is loaded once per 4 heads instead of updating every head's accumulator in
-/// memory per key. Needs d to be a multiple of 4·S.
+/// registers across a block of keys (one pass per 4·S-wide slice of d and per 4 heads), so each
+/// V element is loaded once per 4 heads instead of updating every head's accumulator in memory
+/// per key. The keys go in blocks of kKeys rows that stay in L1/L2 through all the slices (a walk
+/// over one slice of every key of a span evicted the rows before the next slice came: 2× slower
+/// at the full layers' d = 512), and the accumulators go back to `part` between blocks, exactly
+/// (a float stored and loaded again is unchanged). Needs d to be a multiple of 4·S.
 template <class T, class ValueAt>
 void value_pass_blocked(std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, ValueAt value, const T* scores,
                         T* part) {
     using B = xsimd::batch<T>;
     constexpr auto S = static_cast<std::int64_t>(B::size);
+    constexpr std::int64_t kKeys = 64;
     const std::int64_t len = j1 - j0 + 1;
-    for (std::int64_t d0 = 0; d0 < d; d0 += 4 * S)
-        for (std::int64_t h0 = 0; h0 < group; h0 += 4) {
-            const std::int64_t hb = std::min<std::int64_t>(4, group - h0);
-            B acc[4][4];
-            for (auto& a : acc)
-                for (auto& b : a) b = B(T(0));
-            for (std::int64_t j = j0; j <= j1; ++j) {
-                const auto vr = value(j);
-                const B v0 = row_batch<B>(vr, d0), v1 = row_batch<B>(vr, d0 + S), v2 = row_batch<B>(vr, d0 + 2 * S),
-                        v3 = row_batch<B>(vr, d0 + 3 * S);
-                for (std::int64_t hh = 0; hh < hb; ++hh) {
-                    const B p(scores[(h0 + hh) * len + (j - j0)]);
-                    acc[hh][0] = xsimd::fma(p, v0, acc[hh][0]);
-                    acc[hh][1] = xsimd::fma(p, v1, acc[hh][1]);
-                    acc[hh][2] = xsimd::fma(p, v2, acc[hh][2]);
-                    acc[hh][3] = xsimd::fma(p, v3, acc[hh][3]);
+    for (std::int64_t b0 = j0; b0 <= j1; b0 += kKeys) {
+        const std::int64_t b1 = std::min(j1, b0 + kKeys - 1);
+        for (std::int64_t a = b1 + 1; a <= std::min(j1, b1 + kKeys); ++a) row_prefetch(value(a), d);
+        for (std::int64_t d0 = 0; d0 < d; d0 += 4 * S)
+            for (std::int64_t h0 = 0; h0 < group; h0 += 4) {
+                const std::int64_t hb = std::min<std::int64_t>(4, group - h0);
+                B acc[4][4];
+                for (std::int64_t hh = 0; hh < hb; ++hh)
+                    for (int i = 0; i < 4; ++i) acc[hh][i] = B::load_unaligned(part + (h0 + hh) * (d + 2) + 2 + d0 + i * S);
+                for (std::int64_t j = b0; j <= b1; ++j) {
+                    const auto vr = value(j);
+                    const B v0 = row_batch<B>(vr, d0), v1 = row_batch<B>(vr, d0 + S), v2 = row_batch<B>(vr, d0 + 2 * S),
+                            v3 = row_batch<B>(vr, d0 + 3 * S);
+                    for (std::int64_t hh = 0; hh < hb; ++hh) {
+                        const B p(scores[(h0 + hh) * len + (j - j0)]);
+                        acc[hh][0] = xsimd::fma(p, v0, acc[hh][0]);
+                        acc[hh][1] = xsimd::fma(p, v1, acc[hh][1]);
+                        acc[hh][2] = xsimd::fma(p, v2, acc[hh][2]);
+                        acc[hh][3] = xsimd::fma(p, v3, acc[hh][3]);
+                    }
                 }
+                for (std::int64_t hh = 0; hh < hb; ++hh)
+                    for (int i = 0; i < 4; ++i) acc[hh][i].store_unaligned(part + (h0 + hh) * (d + 2) + 2 + d0 + i * S);
             }
-            for (std::int64_t hh = 0; hh < hb; ++hh)
-                for (int i = 0; i < 4; ++i) acc[hh][i].store_unaligned(part + (h0 + hh) * (d + 2) + 2 + d0 + i * S);
-        }
+    }
 }
 
 }  // namespace detail_attn
@@ -167,10 +211,15 @@ void attend_span(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0
                  T* scores, T* part) {
     const std::int64_t len = j1 - j0 + 1;
     constexpr std::int64_t ahead = 4;  // rows prefetched ahead
-    for (std::int64_t j = j0; j <= j1; ++j) {  // each key row once for all heads of the group
-        if (j + ahead <= j1) detail_attn::row_prefetch(key(j + ahead), d);
-        const auto kr = key(j);
-        for (std::int64_t h = 0; h < group; ++h) scores[h * len + (j - j0)] = detail_attn::row_dot(q + h * d, kr, d);
+    constexpr bool plain_rows = std::is_pointer_v<decltype(key(j0))>;  // float/double, not int8
+    if (plain_rows && d % static_cast<std::int64_t>(xsimd::batch<T>::size) == 0) {
+        if constexpr (plain_rows) detail_attn::score_pass_blocked(q, group, d, j0, j1, key, scores);
+    } else {
+        for (std::int64_t j = j0; j <= j1; ++j) {  // each key row once for all heads of the group
+            if (j + ahead <= j1) detail_attn::row_prefetch(key(j + ahead), d);
+            const auto kr = key(j);
+            for (std::int64_t h = 0; h < group; ++h) scores[h * len + (j - j0)] = detail_attn::row_dot(q + h * d, kr, d);
+        }
     }
     for (std::int64_t h = 0; h < group; ++h) {
         T* s = scores + h * len;
