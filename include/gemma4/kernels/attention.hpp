@@ -124,11 +124,11 @@ inline B row_batch(Int8HeadRow r, std::int64_t i0) {
     return B::load_aligned(tmp);
 }
 
-/// The score pass of attend_span for float/double rows, register-blocked: 4 keys × 4 heads of
-/// dot products accumulate in registers, so each loaded vector of K or q serves 4 products
-/// (one load per product otherwise, and the loads, not the FMAs, set the pace). Missing keys or
-/// heads of a partial block repeat the first one; their products are dropped. Needs d to be a
-/// multiple of the batch size.
+/// The score pass of attend_span, register-blocked: 4 keys × 4 heads of dot products accumulate
+/// in registers, so each loaded vector of K (int8 rows: converted and scaled once) or q serves
+/// 4 products (one load per product otherwise, and the loads, not the FMAs, set the pace).
+/// Missing keys or heads of a partial block repeat the first one; their products are dropped.
+/// Needs d to be a multiple of the batch size.
 template <class T, class KeyAt>
 void score_pass_blocked(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, KeyAt key, T* scores) {
     using B = xsimd::batch<T>;
@@ -138,7 +138,7 @@ void score_pass_blocked(const T* q, std::int64_t group, std::int64_t d, std::int
     for (std::int64_t j = j0; j <= j1; j += K) {
         const std::int64_t kb = std::min<std::int64_t>(K, j1 - j + 1);
         for (std::int64_t a = j + K; a < std::min(j + 2 * K, j1 + 1); ++a) row_prefetch(key(a), d);
-        const T* kr[K];
+        decltype(key(j)) kr[K];
         for (std::int64_t x = 0; x < K; ++x) kr[x] = key(j + (x < kb ? x : 0));
         for (std::int64_t h0 = 0; h0 < group; h0 += H) {
             const std::int64_t hb = std::min<std::int64_t>(H, group - h0);
@@ -149,7 +149,7 @@ void score_pass_blocked(const T* q, std::int64_t group, std::int64_t d, std::int
                 for (auto& c : r) c = B(T(0));
             for (std::int64_t i = 0; i < d; i += S) {
                 B kv[K], qv[H];
-                for (std::int64_t x = 0; x < K; ++x) kv[x] = B::load_unaligned(kr[x] + i);
+                for (std::int64_t x = 0; x < K; ++x) kv[x] = row_batch<B>(kr[x], i);
                 for (std::int64_t y = 0; y < H; ++y) qv[y] = B::load_unaligned(qh[y] + i);
                 for (std::int64_t y = 0; y < H; ++y)
                     for (std::int64_t x = 0; x < K; ++x) acc[y][x] = xsimd::fma(qv[y], kv[x], acc[y][x]);
@@ -211,9 +211,8 @@ void attend_span(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0
                  T* scores, T* part) {
     const std::int64_t len = j1 - j0 + 1;
     constexpr std::int64_t ahead = 4;  // rows prefetched ahead
-    constexpr bool plain_rows = std::is_pointer_v<decltype(key(j0))>;  // float/double, not int8
-    if (plain_rows && d % static_cast<std::int64_t>(xsimd::batch<T>::size) == 0) {
-        if constexpr (plain_rows) detail_attn::score_pass_blocked(q, group, d, j0, j1, key, scores);
+    if (d % static_cast<std::int64_t>(xsimd::batch<T>::size) == 0) {
+        detail_attn::score_pass_blocked(q, group, d, j0, j1, key, scores);
     } else {
         for (std::int64_t j = j0; j <= j1; ++j) {  // each key row once for all heads of the group
             if (j + ahead <= j1) detail_attn::row_prefetch(key(j + ahead), d);
