@@ -33,8 +33,9 @@ std::vector<std::int32_t> ids_for(std::int64_t n, std::int64_t vocab, std::uint3
 }  // namespace
 
 TEST_CASE("attention in spans equals a direct softmax over all keys", "[kernels][attention]") {
-  // (24, 3): the per-key value pass; (64, 5): the register-blocked one, with a partial head block
-  for (const auto& shape : std::vector<std::pair<std::int64_t, std::int64_t>>{{24, 3}, {64, 5}})
+  // (24, 3): the per-key value pass; (64, 5): the register-blocked one, with a partial head block;
+  // (32, 2): score blocks of two heads (the sliding layers' group)
+  for (const auto& shape : std::vector<std::pair<std::int64_t, std::int64_t>>{{24, 3}, {64, 5}, {32, 2}})
     for (std::int64_t len : std::vector<std::int64_t>{1, 7, kernels::kAttnSpan, kernels::kAttnSpan + 1, 2 * kernels::kAttnSpan + 333}) {
         const std::int64_t d = shape.first, group = shape.second;
         INFO("keys " << len << " d " << d << " group " << group);

@@ -128,12 +128,13 @@ inline B row_batch(Int8HeadRow r, std::int64_t i0) {
 /// in registers, so each loaded vector of K (int8 rows: converted and scaled once) or q serves
 /// 4 products (one load per product otherwise, and the loads, not the FMAs, set the pace).
 /// Missing keys or heads of a partial block repeat the first one; their products are dropped.
-/// Needs d to be a multiple of the batch size.
-template <class T, class KeyAt>
+/// H heads per block: 4, or 2 for groups of 2 (the sliding layers). Needs d to be a multiple of
+/// the batch size.
+template <std::int64_t H, class T, class KeyAt>
 void score_pass_blocked(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, KeyAt key, T* scores) {
     using B = xsimd::batch<T>;
     constexpr auto S = static_cast<std::int64_t>(B::size);
-    constexpr std::int64_t K = 4, H = 4;  // keys and heads per block
+    constexpr std::int64_t K = 4;  // keys per block
     const std::int64_t len = j1 - j0 + 1;
     for (std::int64_t j = j0; j <= j1; j += K) {
         const std::int64_t kb = std::min<std::int64_t>(K, j1 - j + 1);
@@ -212,7 +213,8 @@ void attend_span(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0
     const std::int64_t len = j1 - j0 + 1;
     constexpr std::int64_t ahead = 4;  // rows prefetched ahead
     if (d % static_cast<std::int64_t>(xsimd::batch<T>::size) == 0) {
-        detail_attn::score_pass_blocked(q, group, d, j0, j1, key, scores);
+        if (group == 2) detail_attn::score_pass_blocked<2>(q, group, d, j0, j1, key, scores);
+        else detail_attn::score_pass_blocked<4>(q, group, d, j0, j1, key, scores);
     } else {
         for (std::int64_t j = j0; j <= j1; ++j) {  // each key row once for all heads of the group
             if (j + ahead <= j1) detail_attn::row_prefetch(key(j + ahead), d);
