@@ -396,10 +396,11 @@ struct PanelAmx {
 };
 #endif
 
-/// Panels [p0, p1) of w for all tokens: groups of at least kAmxMinTokens tokens take the
-/// AMX pass when `amx` (`tiles` holds their activations), the others the VNNI pass (`ga`).
+/// Panels [p0, p1) of w for all tokens: the groups of tokens before `vnni_from` take the AMX
+/// pass (`tiles` holds their activations), the others the VNNI pass (`ga`).
 inline void quant_panels(const WeightView& w, const QuantActs& a, const PanelVnni::GroupActs& ga,
-                         const std::vector<std::int8_t>& tiles, bool amx, std::int64_t p0, std::int64_t p1, Rows<float> y) {
+                         const std::vector<std::int8_t>& tiles, std::int64_t vnni_from, std::int64_t p0, std::int64_t p1,
+                         Rows<float> y) {
     constexpr int P = PanelVnni::P, G = PanelVnni::G;
     const bool q4 = w.dtype == DType::Q4;
     // Prefetch distance into L1 (the stream also goes to L2 kAheadL2 bytes ahead): longer when
@@ -407,7 +408,7 @@ inline void quant_panels(const WeightView& w, const QuantActs& a, const PanelVnn
     const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;
 #ifdef GEMMA4_HAVE_AMX
     std::optional<AmxTiles::TileScope> tile_scope;
-    if (amx) tile_scope.emplace();
+    if (vnni_from > 0) tile_scope.emplace();
 #endif
     float* yt[G];
     for (std::int64_t p = p0; p < p1; ++p) {
@@ -418,7 +419,7 @@ inline void quant_panels(const WeightView& w, const QuantActs& a, const PanelVnn
             for (int t = 0; t < n; ++t) yt[t] = y.row(t0 + t) + n0;
             const std::int64_t pf = t0 == 0 ? ahead : 0;
 #ifdef GEMMA4_HAVE_AMX
-            if (amx && n >= kAmxMinTokens) {
+            if (t0 < vnni_from) {
                 const std::int8_t* acts = tiles.data() + t0 * a.blocks * quant::kBlock;
                 if (q4) PanelAmx::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
                 else PanelAmx::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
@@ -482,8 +483,8 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
     if (path != QuantPath::Portable && panels) {
         constexpr std::int64_t G = PanelVnni::G;
         const bool amx = path == QuantPath::Best && tokens >= kAmxMinTokens && amx_usable();
-        // The tokens of groups that the VNNI pass takes: all, or (AMX) those of a last group too
-        // small for tiles.
+        // The first token of the groups that the VNNI pass takes: all (no AMX), or those of a
+        // last group too small for tiles. Tokens before it go through AMX tiles.
         const std::int64_t vnni_from = !amx ? 0 : tokens % G >= kAmxMinTokens ? tokens : tokens / G * G;
         thread_local PanelVnni::GroupActs groups;
         thread_local std::vector<std::int8_t> amx_tiles;
@@ -496,12 +497,12 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
         prepare([&](std::int64_t t0, std::int64_t t1) {
             quantize_activations(x, t0, t1, a);
 #ifdef GEMMA4_HAVE_AMX
-            if (amx && t0 < vnni_from) PanelAmx::group_tiles(a, t0, std::min(t1, vnni_from), tiles);
+            if (t0 < vnni_from) PanelAmx::group_tiles(a, t0, std::min(t1, vnni_from), tiles);
 #endif
             if (t1 > vnni_from) PanelVnni::group_acts(a, offset, std::max(t0, vnni_from), t1, ga);
         });
         run([](const WeightView& w) { return quant::panel_count(w.rows()); }, 1,
-            [&](const QuantTarget& t, std::int64_t p0, std::int64_t p1) { quant_panels(*t.w, a, ga, tiles, amx, p0, p1, t.y); });
+            [&](const QuantTarget& t, std::int64_t p0, std::int64_t p1) { quant_panels(*t.w, a, ga, tiles, vnni_from, p0, p1, t.y); });
         return;
     }
 #endif
