@@ -1,6 +1,9 @@
 // gemma4: the command-line program. Subcommands register themselves (see cli.hpp).
 #include "cli.hpp"
 
+#include <gemma4/kernels/cpu.hpp>
+#include <gemma4/version.hpp>
+
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -15,6 +18,15 @@ int main(int argc, char** argv) {
     if (argc < 2 || std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h") {
         usage();
         return argc < 2 ? 2 : 0;
+    }
+    if (std::string_view(argv[1]) == "--version") {
+        try {
+            std::printf("gemma4 %s (level %s)\n", gemma4::kVersion, std::string(gemma4::isa_name(gemma4::active_isa())).c_str());
+        } catch (const gemma4::Error& e) {
+            std::fprintf(stderr, "gemma4: error: %s\n", e.what());
+            return 1;
+        }
+        return 0;
     }
     const std::string name = argv[1];
     auto it = registry().find(name);

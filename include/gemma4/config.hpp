@@ -3,11 +3,14 @@
 // io/config_json.hpp; field names follow config.json.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <array>
 #include <cstdint>
 #include <string_view>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// The two attention kinds of Gemma 4 (config.json `layer_types`).
 enum class AttentionKind : std::uint8_t { Sliding, Full };
@@ -220,4 +223,5 @@ static_assert(parameter_count(kGemma4_12B) == 11'959'730'224);
 static_assert(kGemma4_12B.num_layers_of(AttentionKind::Full) == 8);
 static_assert(kGemma4_12B.layer(5).qkv_dim() == 8704 && kGemma4_12B.layer(0).qkv_dim() == 8192);
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

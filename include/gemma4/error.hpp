@@ -2,10 +2,13 @@
 // file, tensor or field at fault. See docs/errors.md for the full list.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <stdexcept>
 #include <string>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// Base of every error the library throws on bad input or misuse.
 class Error : public std::runtime_error {
@@ -55,4 +58,5 @@ public:
     using Error::Error;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

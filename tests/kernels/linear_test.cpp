@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/kernel_test_support.hpp"
+#include "support/skip.hpp"
 
 using namespace gemma4;
 using gemma4::test::Rng;
@@ -289,15 +290,15 @@ TEST_CASE("linear on weights held as rows equals linear on panels", "[kernels][l
 
 namespace {
 
-/// linear_quant along paths a and b on Q8/Q4 weights of several shapes, for each token count;
+/// linear_quant with kernels a and b on Q8/Q4 weights of several shapes, for each token count;
 /// `check(w, x, ya, yb, T, N, K)` judges the two outputs (guards are checked here).
 template <class Check>
-void compare_paths(detail::QuantPath a, detail::QuantPath b, std::initializer_list<std::int64_t> token_counts, Check check) {
+void compare_kernels(detail::QuantKernel a, detail::QuantKernel b, std::initializer_list<std::int64_t> token_counts, Check check) {
     ThreadPool pool(2);
     for (DType dtype : {DType::Q8, DType::Q4})
         for (auto [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 31}, {19, 385}, {8, 3840}, {40, 256}})
             for (std::int64_t T : token_counts) {
-                INFO(describe(dtype, N, K, T));
+                INFO(describe(dtype, N, K, T) << " kernels " << detail::quant_kernel_name(a) << " vs " << detail::quant_kernel_name(b));
                 const TestWeight w = make_weight(dtype, N, K, 8);
                 const auto x = make_x(T, K, 6);
                 Guarded ya(T, N), yb(T, N);
@@ -309,37 +310,57 @@ void compare_paths(detail::QuantPath a, detail::QuantPath b, std::initializer_li
             }
 }
 
-}  // namespace
-
-TEST_CASE("the VNNI path agrees with the portable path", "[kernels][linear][vnni]") {
-    if (!detail::kHaveVnni512) {
-        WARN("AVX-512 VNNI not enabled in this build; only the portable path exists");
-        return;
-    }
-    compare_paths(detail::QuantPath::Vnni, detail::QuantPath::Portable, {1, 3, 7, 16, 17, 40}, check_same_sums);
+/// The vector kernels (all but portable) that this process may run.
+std::vector<detail::QuantKernel> vector_kernels() {
+    std::vector<detail::QuantKernel> out;
+    for (auto k : {detail::QuantKernel::Avx2, detail::QuantKernel::AvxVnni, detail::QuantKernel::Avx512, detail::QuantKernel::Amx})
+        if (detail::quant_kernel_runs(k)) out.push_back(k);
+    return out;
 }
 
-TEST_CASE("the AMX path equals the VNNI path bit for bit", "[kernels][linear][amx]") {
-    if (!detail::kHaveAmxBuild || !detail::amx_usable()) {
-        WARN("AMX-INT8 not enabled in this build or not granted by the OS; only the VNNI path runs");
-        return;
-    }
-    // below, at and above the AMX threshold; full and partial groups of 16; a last group small
-    // enough for the VNNI pass
-    compare_paths(detail::QuantPath::Best, detail::QuantPath::Vnni, {7, 8, 9, 15, 16, 17, 23, 24, 35, 40},
-                  [](const TestWeight& w, const std::vector<float>& x, const Guarded& amx, const Guarded& vnni, std::int64_t T,
-                     std::int64_t N, std::int64_t K) {
-                      CHECK(std::memcmp(amx.buf.data(), vnni.buf.data(), amx.buf.size() * sizeof(float)) == 0);
-                      std::int64_t bad = 0;  // and against the exact products of the stored values
-                      for (std::int64_t t = 0; t < T; ++t)
-                          for (std::int64_t n = 0; n < N; ++n) {
-                              double ref = 0;
-                              for (std::int64_t k = 0; k < K; ++k)
-                                  ref += w.values[static_cast<std::size_t>(n * K + k)] * static_cast<double>(x[static_cast<std::size_t>(t * K + k)]);
-                              bad += !(std::fabs(amx.at(t, n) - ref) <= bound(w, n, x.data() + t * K, K));
-                          }
-                      CHECK(bad == 0);
-                  });
+void same_bits(const TestWeight& w, const std::vector<float>& x, const Guarded& a, const Guarded& b, std::int64_t T, std::int64_t N,
+               std::int64_t K) {
+    CHECK(std::memcmp(a.buf.data(), b.buf.data(), a.buf.size() * sizeof(float)) == 0);
+    std::int64_t bad = 0;  // and against the exact products of the stored values
+    for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t n = 0; n < N; ++n) {
+            double ref = 0;
+            for (std::int64_t k = 0; k < K; ++k)
+                ref += w.values[static_cast<std::size_t>(n * K + k)] * static_cast<double>(x[static_cast<std::size_t>(t * K + k)]);
+            bad += !(std::fabs(a.at(t, n) - ref) <= bound(w, n, x.data() + t * K, K));
+        }
+    CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("the level's Q8/Q4 kernel is the one named for it", "[kernels][linear][isa]") {
+    const Isa isa = active_isa();
+    const detail::QuantKernel k = detail::quant_kernel_for(isa, cpu_features());
+    CHECK(detail::quant_kernel_runs(k));
+    CHECK(active_kernels().quant == detail::quant_kernel_name(k));
+    if (isa == Isa::Baseline) CHECK(k == detail::QuantKernel::Portable);
+    if (isa == Isa::Avx512) CHECK(k == detail::QuantKernel::Avx512);
+    if (isa == Isa::Amx) CHECK(k == detail::QuantKernel::Amx);
+    if (isa == Isa::Avx2) CHECK((k == detail::QuantKernel::Avx2 || k == detail::QuantKernel::AvxVnni));
+    // nothing above the level runs, whatever the CPU has
+    if (isa < Isa::Avx512) CHECK_FALSE(detail::quant_kernel_runs(detail::QuantKernel::Avx512));
+    if (isa < Isa::Avx2) CHECK_FALSE(detail::quant_kernel_runs(detail::QuantKernel::Avx2));
+}
+
+TEST_CASE("every vector Q8/Q4 kernel agrees with the portable one", "[kernels][linear][isa]") {
+    const auto kernels = vector_kernels();
+    if (kernels.empty()) GEMMA4_SKIP("no vector Q8/Q4 kernel runs at level " + std::string(isa_name(active_isa())));
+    for (auto k : kernels) compare_kernels(k, detail::QuantKernel::Portable, {1, 3, 7, 16, 17, 40}, check_same_sums);
+}
+
+TEST_CASE("the vector Q8/Q4 kernels equal one another bit for bit", "[kernels][linear][isa]") {
+    const auto kernels = vector_kernels();
+    if (kernels.size() < 2) GEMMA4_SKIP("fewer than two vector Q8/Q4 kernels run at level " + std::string(isa_name(active_isa())));
+    // below, at and above the AMX threshold; full and partial groups of 16 and of the AVX2
+    // kernel's 4; a last group small enough for the VNNI pass
+    for (std::size_t i = 1; i < kernels.size(); ++i)
+        compare_kernels(kernels[i], kernels[0], {1, 2, 5, 7, 8, 9, 15, 16, 17, 23, 24, 35, 40}, same_bits);
 }
 
 TEST_CASE("linear over several matrices sharing an input equals one call per matrix, bit for bit", "[kernels][linear][shared]") {

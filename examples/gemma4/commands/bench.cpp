@@ -11,12 +11,12 @@
 // full layers), then decode steps are timed at that context. --kv int8 stores
 // the cache as int8 with a scale per (position, head).
 #include "../cli.hpp"
+#include "../probes.hpp"
 
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/quantize.hpp>
 
 #include <nlohmann/json.hpp>
-#include <xsimd/xsimd.hpp>
 
 #include <sys/resource.h>
 
@@ -28,123 +28,12 @@
 #include <string>
 #include <vector>
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-#include <immintrin.h>
-#endif
 
 namespace {
 
 using namespace gemma4;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-/// Best of several multi-threaded passes of summing a buffer far larger than the caches.
-double read_bandwidth(ThreadPool& pool, std::size_t bytes) {
-    using B = xsimd::batch<std::uint64_t>;
-    const std::size_t n = bytes / 8 / B::size * B::size;
-    std::unique_ptr<std::uint64_t[]> buf(new std::uint64_t[n]);
-    pool.parallel_for(static_cast<std::int64_t>(n), [&](std::int64_t a, std::int64_t b) {
-        for (std::int64_t i = a; i < b; ++i) buf[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i);
-    }, 1 << 20);
-    double best = 0;
-    std::vector<std::uint64_t> sink(64);
-    for (int pass = 0; pass < 5; ++pass) {
-        const auto t0 = Clock::now();
-        pool.parallel_for(static_cast<std::int64_t>(n / B::size), [&](std::int64_t a, std::int64_t b) {
-            B s0(std::uint64_t(0)), s1(std::uint64_t(0)), s2(std::uint64_t(0)), s3(std::uint64_t(0));
-            const std::uint64_t* p = buf.get();
-            std::int64_t i = a;
-            for (; i + 4 <= b; i += 4) {
-                s0 += B::load_unaligned(p + (i + 0) * B::size);
-                s1 += B::load_unaligned(p + (i + 1) * B::size);
-                s2 += B::load_unaligned(p + (i + 2) * B::size);
-                s3 += B::load_unaligned(p + (i + 3) * B::size);
-            }
-            for (; i < b; ++i) s0 += B::load_unaligned(p + i * B::size);
-            sink[static_cast<std::size_t>(a % 64)] += xsimd::hadd((s0 + s1) + (s2 + s3));
-        }, 1 << 16);
-        best = std::max(best, static_cast<double>(n * 8) / seconds_since(t0));
-    }
-    return best;
-}
-
-/// FP32 FMA throughput on all threads: independent chains so latency is hidden.
-double fma_peak(ThreadPool& pool) {
-    using F = xsimd::batch<float>;
-    constexpr int kChains = 12;
-    constexpr std::int64_t kIters = 400'000'000;
-    std::vector<float> sink(pool.size());
-    const auto t0 = Clock::now();
-    pool.parallel_for(pool.size(), [&](std::int64_t a, std::int64_t b) {
-        for (std::int64_t task = a; task < b; ++task) {
-            F acc[kChains];
-            for (int c = 0; c < kChains; ++c) acc[c] = F(static_cast<float>(c) * 1e-3f);
-            const F m(0.999999f), k(1e-7f);
-            for (std::int64_t i = 0; i < kIters / static_cast<std::int64_t>(F::size); ++i)
-                for (int c = 0; c < kChains; ++c) acc[c] = xsimd::fma(acc[c], m, k);
-            F s(0.0f);
-            for (int c = 0; c < kChains; ++c) s += acc[c];
-            sink[static_cast<std::size_t>(task)] = xsimd::hadd(s);
-        }
-    });
-    const double t = seconds_since(t0);
-    return 2.0 * kChains * static_cast<double>(kIters / static_cast<std::int64_t>(F::size) * static_cast<std::int64_t>(F::size)) *
-           pool.size() / t;
-}
-
-/// int8 multiply-add throughput (vpdpbusd, 2 ops per product) on all threads; 0 without VNNI.
-double int8_peak(ThreadPool& pool) {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    constexpr int kChains = 12;
-    constexpr std::int64_t kIters = 20'000'000;
-    std::vector<int> sink(pool.size());
-    const auto t0 = Clock::now();
-    pool.parallel_for(pool.size(), [&](std::int64_t a, std::int64_t b) {
-        for (std::int64_t task = a; task < b; ++task) {
-            __m512i acc[kChains];
-            for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_epi32(c);
-            const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
-            for (std::int64_t i = 0; i < kIters; ++i)
-                for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbusd_epi32(acc[c], u, s);
-            __m512i t = acc[0];
-            for (int c = 1; c < kChains; ++c) t = _mm512_add_epi32(t, acc[c]);
-            sink[static_cast<std::size_t>(task)] = _mm512_reduce_add_epi32(t);
-        }
-    });
-    return 2.0 * 64 * kChains * static_cast<double>(kIters) * pool.size() / seconds_since(t0);
-#else
-    (void)pool;
-    return 0;
-#endif
-}
-
-/// int8 multiply-add throughput of AMX tiles (tdpbssd on full 16 × 64 tiles, 2 ops per product)
-/// on all threads; 0 where the build or the OS gives no AMX.
-double amx_int8_peak(ThreadPool& pool) {
-#ifdef GEMMA4_HAVE_AMX
-    if (!detail::amx_usable()) return 0;
-    constexpr std::int64_t kIters = 2'000'000;
-    const auto t0 = Clock::now();
-    pool.parallel_for(pool.size(), [&](std::int64_t a, std::int64_t b) {
-        for (std::int64_t task = a; task < b; ++task) {
-            detail::AmxTiles::Config full;
-            for (int t = 0; t < 8; ++t) full.rows[t] = 16, full.colsb[t] = 64;
-            const detail::AmxTiles::TileScope tiles(full);  // tiles start zeroed
-            for (std::int64_t i = 0; i < kIters; ++i) {  // four independent accumulators
-                _tile_dpbssd(0, 4, 6);
-                _tile_dpbssd(1, 4, 7);
-                _tile_dpbssd(2, 5, 6);
-                _tile_dpbssd(3, 5, 7);
-            }
-        }
-    });
-    return 2.0 * 16 * 16 * 64 * 4 * static_cast<double>(kIters) * pool.size() / seconds_since(t0);
-#else
-    (void)pool;
-    return 0;
-#endif
-}
+using probes::Clock;
+using probes::seconds_since;
 
 std::size_t peak_rss_bytes() {
     std::ifstream in("/proc/self/status");
@@ -245,10 +134,10 @@ int run(cli::Args& args) {
 
     ThreadPool probe_pool(threads);
     say("measuring read bandwidth and peak FLOP/s on " + std::to_string(probe_pool.size()) + " threads ...");
-    const double bandwidth = read_bandwidth(probe_pool, static_cast<std::size_t>(bw_mb) << 20);
-    const double peak_fma = fma_peak(probe_pool);
-    const double peak_int8 = int8_peak(probe_pool);
-    const double peak_amx = amx_int8_peak(probe_pool);
+    const double bandwidth = probes::read_bandwidth(probe_pool, static_cast<std::size_t>(bw_mb) << 20);
+    const double peak_fma = probes::fma_peak(probe_pool);
+    const double peak_int8 = probes::int8_peak(probe_pool);
+    const double peak_amx = probes::amx_int8_peak(probe_pool);
 
     Gemma4Config c = kGemma4_12B;
     c.num_hidden_layers = layers;
@@ -320,6 +209,7 @@ int run(cli::Args& args) {
     const double achieved = weight_bytes * steps_per_s;
     const std::size_t rss = peak_rss_bytes();
 
+    const KernelChoice kernels = active_kernels();
     nlohmann::json j{{"config", config_name},
                      {"weights", weights},
                      {"layers", layers},
@@ -340,7 +230,11 @@ int run(cli::Args& args) {
                      {"kv_bytes_in_use", kv_bytes},
                      {"peak_rss_bytes", rss},
                      {"weight_generation_s", gen_s},
-                     {"cpu", cpu_model()}};
+                     {"cpu", cpu_model()},
+                     {"isa", isa_name(active_isa())},
+                     {"isa_cpu", isa_name(isa_report().cpu)},
+                     {"kernels", {{"linear_q8_q4", kernels.quant}, {"linear_bf16", kernels.bf16}, {"attention", kernels.attention}}},
+                     {"build_abi", abi_name()}};
     if (batch_opt) j["batch"] = B;
     if (alone) {
         j["alone_decode_tokens_per_s"] = alone_tps;
@@ -360,7 +254,9 @@ int run(cli::Args& args) {
         std::printf("%s\n", j.dump().c_str());
         return 0;
     }
-    std::printf("%s, %s weights, %lld layers, %u threads\n", cpu_model().c_str(), weights.c_str(), static_cast<long long>(layers), model.pool().size());
+    std::printf("%s, %s weights, %lld layers, %u threads, level %s (q8/q4 %s, bf16 %s, attention %s)\n", cpu_model().c_str(), weights.c_str(),
+                static_cast<long long>(layers), model.pool().size(), std::string(isa_name(active_isa())).c_str(), kernels.quant.c_str(),
+                kernels.bf16.c_str(), kernels.attention.c_str());
     const double peak = int8_kernels ? peak_int8 : peak_fma;
     std::printf("prefill   %8.2f tok/s   (%lld tokens x %lld, %.1f GFLOP/s = %.0f%% of the %s peak %.1f G/s)\n", prefill_tps,
                 static_cast<long long>(P), static_cast<long long>(B), prefill_flops / prefill_s / 1e9, 100 * prefill_flops / prefill_s / peak,

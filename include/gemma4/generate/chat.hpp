@@ -25,6 +25,8 @@
 // scratch.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 
 #include <cstddef>
@@ -34,6 +36,7 @@
 #include <string_view>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 struct ChatMessage {
     std::string role;  ///< system, developer, user, assistant or model
@@ -221,4 +224,5 @@ inline std::string render_chat_continuation(std::string_view generated_reply,
     return out;
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -3,6 +3,8 @@
 // Hugging Face transformers, whose GenerationConfig defaults `do_sample` to false.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/io/json_file.hpp>
 #include <gemma4/generate/sampler.hpp>
@@ -23,6 +25,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// The fields of generation_config.json that gemma4 uses. Optional fields are empty when the
 /// file does not set them (or sets them to null), so a caller can tell "absent" from a value.
@@ -208,4 +211,5 @@ inline SamplingParams apply_generation_config(const GenerationConfig& config, Sa
     return params;
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -7,6 +7,8 @@
 // top-p → min-p → draw.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// How to pick the next token. Every field's neutral value switches that step off.
 struct SamplingParams {
@@ -332,4 +335,5 @@ private:
     std::vector<detail::Candidate> candidates_;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -3,6 +3,8 @@
 // stops on end tokens, stop ids, stop strings, max tokens or cancellation.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/generate/chat.hpp>
 #include <gemma4/generate/sampler.hpp>
@@ -21,6 +23,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 enum class FinishReason : std::uint8_t { EndToken, StopId, StopString, MaxTokens, ContextFull, Cancelled };
 
@@ -297,4 +300,5 @@ private:
     bool first_turn_ = true;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -7,6 +7,8 @@
 // cut into pieces, so the output is the same for any split.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// What one piece of text released.
 struct StopStep {
@@ -110,4 +113,5 @@ private:
     std::size_t stop_index_ = std::numeric_limits<std::size_t>::max();
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -2,6 +2,8 @@
 // `audio_config`) and a plain text config; every field is validated and errors name it.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/io/json_file.hpp>
@@ -15,6 +17,7 @@
 #include <string>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 namespace detail {
 
@@ -318,4 +321,5 @@ inline nlohmann::json config_to_json(const Gemma4Config& c) {
     return root;
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

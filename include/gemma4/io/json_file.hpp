@@ -2,6 +2,8 @@
 // errors every loader reports the same way.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 #include <string>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// The whole file; IoError naming it if it cannot be read.
 inline std::string read_text_file(const std::filesystem::path& path) {
@@ -34,4 +37,5 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
     }
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -1,6 +1,8 @@
 // A read-only memory map of a whole file (RAII). Checkpoints are used in place through it.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 
 #include <cerrno>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 class MappedFile {
 public:
@@ -79,4 +82,5 @@ private:
     std::size_t size_ = 0;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

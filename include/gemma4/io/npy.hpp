@@ -2,6 +2,8 @@
 // arrays, read them back with every header field checked.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/io/mapped_file.hpp>
 
@@ -15,6 +17,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 namespace detail {
 template <class T>
@@ -137,4 +140,5 @@ NpyArray<T> read_npy(const std::filesystem::path& path) {
     return out;
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -6,6 +6,8 @@
 // optional "__metadata__" object of strings.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/io/mapped_file.hpp>
 #include <gemma4/tensor/weight_view.hpp>
@@ -21,6 +23,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 struct SafetensorsEntry {
     DType dtype;
@@ -144,4 +147,5 @@ private:
     std::map<std::string, std::string> metadata_;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -2,6 +2,8 @@
 // multiple of 8 bytes as the format recommends, then the tensors in order.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/tensor/dtype.hpp>
 #include <gemma4/tensor/weight_view.hpp>
@@ -16,6 +18,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// A tensor to write: name, dtype, shape and its bytes (already in that dtype).
 struct TensorBlob {
@@ -94,4 +97,5 @@ inline std::vector<std::byte> encode_values(const std::vector<double>& values, D
     return out;
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

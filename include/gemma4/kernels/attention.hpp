@@ -9,8 +9,13 @@
 // to the overall maximum (the usual online-softmax identity).
 #pragma once
 
+#include <gemma4/abi.hpp>
+
+#include <gemma4/kernels/attention_rows.hpp>
+#include <gemma4/kernels/cpu.hpp>
+#include <gemma4/kernels/isa/avx2.hpp>
+#include <gemma4/kernels/isa/avx512.hpp>
 #include <gemma4/kernels/simd.hpp>
-#include <gemma4/model/kv_cache.hpp>
 
 #include <xsimd/xsimd.hpp>
 
@@ -21,83 +26,26 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__SSE__)
-#include <immintrin.h>
-#endif
-
-namespace gemma4::kernels {
+namespace gemma4::inline GEMMA4_ABI::kernels {
 
 /// Key positions per span: the unit of work and of the merge.
 inline constexpr std::int64_t kAttnSpan = 2048;
 
-/// One cached row of one kv head stored as int8 with its scale.
-struct Int8HeadRow {
-    const std::int8_t* codes;
-    float scale;
-};
-
 namespace detail_attn {
-
-#if defined(__AVX512F__)
-// GCC 12 reports the intrinsics' own `_mm512_undefined_*` pass-through operands (PR 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 /// Σ q[i] · codes[i] in T.
 template <class T>
 inline T dot_i8(const T* q, const std::int8_t* c, std::int64_t n) {
-    std::int64_t i = 0;
     T s = 0;
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        for (; i + 32 <= n; i += 32) {
-            const __m512 c0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i))));
-            const __m512 c1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i + 16))));
-            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), c0, a0);
-            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), c1, a1);
-        }
-        s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-    }
-#endif
-    for (; i < n; ++i) s += q[i] * static_cast<T>(c[i]);
+    for (std::int64_t i = 0; i < n; ++i) s += q[i] * static_cast<T>(c[i]);
     return s;
 }
 
 /// y[i] += a · codes[i]
 template <class T>
 inline void axpy_i8(T a, const std::int8_t* c, T* y, std::int64_t n) {
-    std::int64_t i = 0;
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
-        const __m512 va = _mm512_set1_ps(a);
-        for (; i + 16 <= n; i += 16) {
-            const __m512 cv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i))));
-            _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, cv, _mm512_loadu_ps(y + i)));
-        }
-    }
-#endif
-    for (; i < n; ++i) y[i] += a * static_cast<T>(c[i]);
+    for (std::int64_t i = 0; i < n; ++i) y[i] += a * static_cast<T>(c[i]);
 }
-
-#if defined(__AVX512F__)
-#pragma GCC diagnostic pop
-#endif
-
-/// Brings a cached row of d elements towards L1 (rows of one head are 1 of kv_heads slices of a
-/// position, a stride the hardware prefetcher does not follow ahead).
-template <class T>
-inline void row_prefetch(const T* r, std::int64_t d) {
-#if defined(__SSE__)
-    const auto* p = reinterpret_cast<const char*>(r);
-    for (std::int64_t b = 0; b < d * static_cast<std::int64_t>(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-#else
-    (void)r, (void)d;
-#endif
-}
-inline void row_prefetch(Int8HeadRow r, std::int64_t d) { row_prefetch(r.codes, d / static_cast<std::int64_t>(sizeof(float))); }
 
 template <class T>
 inline T row_dot(const T* q, const T* k, std::int64_t d) { return gemma4::detail::dot(q, k, d); }
@@ -114,11 +62,6 @@ inline B row_batch(const T* r, std::int64_t i0) { return B::load_unaligned(r + i
 template <class B>
 inline B row_batch(Int8HeadRow r, std::int64_t i0) {
     using T = typename B::value_type;
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float> && B::size == 16)
-        return B(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.codes + i0)))),
-                               _mm512_set1_ps(r.scale)));
-#endif
     alignas(64) T tmp[B::size];
     for (std::size_t i = 0; i < B::size; ++i) tmp[i] = static_cast<T>(r.codes[i0 + static_cast<std::int64_t>(i)]) * static_cast<T>(r.scale);
     return B::load_aligned(tmp);
@@ -206,20 +149,38 @@ void value_pass_blocked(std::int64_t group, std::int64_t d, std::int64_t j0, std
 
 /// Partial attention of `group` query heads (q + h · d, h < group) over keys [j0, j1] of one kv
 /// head: key(j) / value(j) give that head's row (const T* or Int8HeadRow). Writes, per head h at
-/// part + h · (d + 2): m, l, acc[d]. `scores` is scratch of group · (j1 − j0 + 1).
+/// part + h · (d + 2): m, l, acc[d]. `scores` is scratch of group · (j1 − j0 + 1). In float at
+/// the avx2 and avx512 levels, the score and value passes are those of kernels/isa/.
 template <class T, class KeyAt, class ValueAt>
 void attend_span(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, KeyAt key, ValueAt value,
-                 T* scores, T* part) {
+                 T* scores, T* part, Isa isa = Isa::Baseline) {
+    using B = xsimd::batch<T>;
+    constexpr auto S = static_cast<std::int64_t>(B::size);
     const std::int64_t len = j1 - j0 + 1;
     constexpr std::int64_t ahead = 4;  // rows prefetched ahead
-    if (d % static_cast<std::int64_t>(xsimd::batch<T>::size) == 0) {
-        if (group == 2) detail_attn::score_pass_blocked<2>(q, group, d, j0, j1, key, scores);
-        else detail_attn::score_pass_blocked<4>(q, group, d, j0, j1, key, scores);
-    } else {
-        for (std::int64_t j = j0; j <= j1; ++j) {  // each key row once for all heads of the group
-            if (j + ahead <= j1) detail_attn::row_prefetch(key(j + ahead), d);
-            const auto kr = key(j);
-            for (std::int64_t h = 0; h < group; ++h) scores[h * len + (j - j0)] = detail_attn::row_dot(q + h * d, kr, d);
+    // The level's kernels need d to be a multiple of their width (every Gemma head_dim is).
+    if constexpr (!std::is_same_v<T, float>) isa = Isa::Baseline;
+    if (isa >= Isa::Avx512 && d % detail::avx512::kLanes != 0) isa = Isa::Baseline;
+    if (isa == Isa::Avx2 && d % detail::avx2::kLanes != 0) isa = Isa::Baseline;
+    if constexpr (std::is_same_v<T, float>) {
+        if (isa >= Isa::Avx512) {
+            if (group == 2) detail::avx512::score_pass<2>(q, group, d, j0, j1, key, scores);
+            else detail::avx512::score_pass<4>(q, group, d, j0, j1, key, scores);
+        } else if (isa == Isa::Avx2) {
+            if (group == 2) detail::avx2::score_pass<2>(q, group, d, j0, j1, key, scores);
+            else detail::avx2::score_pass<4>(q, group, d, j0, j1, key, scores);
+        }
+    }
+    if (isa == Isa::Baseline) {
+        if (d % S == 0) {
+            if (group == 2) detail_attn::score_pass_blocked<2>(q, group, d, j0, j1, key, scores);
+            else detail_attn::score_pass_blocked<4>(q, group, d, j0, j1, key, scores);
+        } else {
+            for (std::int64_t j = j0; j <= j1; ++j) {  // each key row once for all heads of the group
+                if (j + ahead <= j1) detail_attn::row_prefetch(key(j + ahead), d);
+                const auto kr = key(j);
+                for (std::int64_t h = 0; h < group; ++h) scores[h * len + (j - j0)] = detail_attn::row_dot(q + h * d, kr, d);
+            }
         }
     }
     for (std::int64_t h = 0; h < group; ++h) {
@@ -229,8 +190,6 @@ void attend_span(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0
         T sum = 0;
         std::int64_t i = 0;
         if constexpr (std::is_same_v<T, float>) {  // libm's scalar exp dominated long contexts
-            using B = xsimd::batch<float>;
-            constexpr auto S = static_cast<std::int64_t>(B::size);
             const B vm(mx);
             B acc(0.0f);
             for (; i + S <= len; i += S) {
@@ -250,8 +209,20 @@ void attend_span(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0
         std::fill(ph + 2, ph + 2 + d, T(0));
     }
     // Blocked only for large groups (the full layers' 16 heads): with 2 heads per kv head the
-    // per-key row walk below streams V better than 4 passes over slices of it (measured).
-    if (group >= 4 && d % (4 * static_cast<std::int64_t>(xsimd::batch<T>::size)) == 0)
+    // per-key row walk streams V better than 4 passes over slices of it (measured).
+    if constexpr (std::is_same_v<T, float>) {
+        if (isa >= Isa::Avx512) {
+            if (group >= 4 && d % (4 * detail::avx512::kLanes) == 0)
+                return detail::avx512::value_pass_blocked(group, d, j0, j1, value, scores, part);
+            return detail::avx512::value_pass_rows(group, d, j0, j1, value, scores, part);
+        }
+        if (isa == Isa::Avx2) {
+            if (group >= 4 && d % (4 * detail::avx2::kLanes) == 0)
+                return detail::avx2::value_pass_blocked(group, d, j0, j1, value, scores, part);
+            return detail::avx2::value_pass_rows(group, d, j0, j1, value, scores, part);
+        }
+    }
+    if (group >= 4 && d % (4 * S) == 0)
         return detail_attn::value_pass_blocked(group, d, j0, j1, value, scores, part);
     for (std::int64_t j = j0; j <= j1; ++j) {
         if (j + ahead <= j1) detail_attn::row_prefetch(value(j + ahead), d);

@@ -2,10 +2,12 @@
 // Used only by the vision embedder.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <cmath>
 #include <cstdint>
 
-namespace gemma4::kernels {
+namespace gemma4::inline GEMMA4_ABI::kernels {
 
 template <class T>
 inline void layer_norm(const T* x, const T* w, const T* b, T eps, std::int64_t n, T* y) {

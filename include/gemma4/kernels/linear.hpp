@@ -3,6 +3,8 @@
 // time, so nothing is converted up front and each weight byte is read once per call.
 #pragma once
 
+#include <gemma4/abi.hpp>
+#include <gemma4/kernels/cpu.hpp>
 #include <gemma4/kernels/linear_bf16.hpp>
 #include <gemma4/kernels/linear_quant.hpp>
 #include <gemma4/kernels/rows.hpp>
@@ -14,10 +16,12 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 namespace detail {
 
@@ -102,6 +106,22 @@ void linear(const WeightView& w, Rows<const T> x, Rows<T> y, std::int64_t tokens
         16);
 }
 
+/// The kernels the process runs at its level (kernels/cpu.hpp), by name: for `gemma4 info`, the
+/// bench's JSON and the tests.
+struct KernelChoice {
+    std::string quant;      ///< the Q8/Q4 linear
+    std::string bf16;       ///< the bf16 linear
+    std::string attention;  ///< the float score and value passes
+};
+
+inline KernelChoice active_kernels() {
+    const Isa isa = active_isa();
+    // The baseline level runs xsimd at the architecture the translation unit was built for.
+    const std::string generic = std::string("xsimd-") + xsimd::default_arch::name();
+    const std::string vector = isa >= Isa::Avx512 ? "avx512" : isa == Isa::Avx2 ? "avx2" : generic;
+    return {std::string(detail::quant_kernel_name(detail::quant_kernel_for(isa, cpu_features()))), vector, vector};
+}
+
 /// One matrix of a shared-input linear call and where its outputs go.
 template <class T>
 struct LinearOut {
@@ -129,4 +149,5 @@ void linear(std::span<const LinearOut<T>> outs, Rows<const T> x, std::int64_t to
     for (const LinearOut<T>& o : outs) linear<T>(*o.w, x, o.y, tokens, pool);
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

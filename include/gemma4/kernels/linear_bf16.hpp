@@ -1,8 +1,16 @@
-// linear for bf16 weights and float activations, with xsimd. A bf16 pair read as one u32 gives
-// the odd element by masking and the even one by shifting, so the activations are stored once
-// per call split the same way (per chunk of 2·S: the S even elements, then the S odd ones) and
-// the inner loop is two FMAs per u32 load, with no shuffles.
+// linear for bf16 weights and float activations. A bf16 pair read as one u32 gives the odd
+// element by masking and the even one by shifting, so the activations are stored once per call
+// split the same way (per chunk of 2·S: the S even elements, then the S odd ones) and the inner
+// loop is two FMAs per u32 load, with no shuffles. The avx2 and avx512 levels run
+// kernels/isa/float_kernels-inl.hpp; the baseline level this xsimd kernel at the build's own
+// architecture.
 #pragma once
+
+#include <gemma4/abi.hpp>
+
+#include <gemma4/kernels/cpu.hpp>
+#include <gemma4/kernels/isa/avx2.hpp>
+#include <gemma4/kernels/isa/avx512.hpp>
 
 #include <gemma4/kernels/rows.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
@@ -15,7 +23,7 @@
 #include <cstring>
 #include <vector>
 
-namespace gemma4::detail {
+namespace gemma4::inline GEMMA4_ABI::detail {
 
 struct Bf16Kernel {
     using F = xsimd::batch<float>;
@@ -81,29 +89,42 @@ struct Bf16Kernel {
     }
 };
 
-/// y[t, n] = Σ_k x[t, k] · w[n, k] for bf16 w. Each output is computed by the same sequence of
-/// operations whatever the tiling, so results do not depend on the thread count.
-inline void linear_bf16(const WeightView& w, Rows<const float> x, Rows<float> y, std::int64_t tokens, ThreadPool& pool) {
+/// y[t, n] = Σ_k x[t, k] · w[n, k] for bf16 w, at level `isa`. Each output is computed by the
+/// same sequence of operations whatever the tiling, so results do not depend on the thread count.
+inline void linear_bf16(const WeightView& w, Rows<const float> x, Rows<float> y, std::int64_t tokens, ThreadPool& pool,
+                        Isa isa = active_isa()) {
     using Kn = Bf16Kernel;
-    const std::int64_t N = w.rows(), K = w.cols(), main = K / (2 * Kn::S) * (2 * Kn::S);
+    const std::int64_t lanes = isa >= Isa::Avx512 ? avx512::kLanes : isa == Isa::Avx2 ? avx2::kLanes : Kn::S;
+    const std::int64_t N = w.rows(), K = w.cols(), main = K / (2 * lanes) * (2 * lanes);
     thread_local std::vector<float> xs;
     xs.resize(static_cast<std::size_t>(tokens * main));
-    for (std::int64_t t = 0; t < tokens; ++t) Kn::split(x.row(t), main, xs.data() + t * main);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+        float* out = xs.data() + t * main;
+        if (isa >= Isa::Avx512) avx512::bf16_split(x.row(t), main, out);
+        else if (isa == Isa::Avx2) avx2::bf16_split(x.row(t), main, out);
+        else Kn::split(x.row(t), main, out);
+    }
     const auto* wp = reinterpret_cast<const std::uint16_t*>(w.data);
-    const std::int64_t tb = token_block(4 * K, Kn::TT);
+    const std::int64_t tb = token_block(4 * K, 4);
     const float* xsp = xs.data();
-    // chunks claimed dynamically (see ThreadPool::parallel_chunks); a multiple of the row tile
+    // chunks claimed dynamically (see ThreadPool::parallel_chunks); a multiple of every row tile
     pool.parallel_chunks(
         N,
         [&](std::int64_t n0, std::int64_t n1) {
             for (std::int64_t tb0 = 0; tb0 < tokens; tb0 += tb) {
                 const std::int64_t tb1 = std::min(tokens, tb0 + tb);
-                std::int64_t n = n0;
-                for (; n + Kn::R <= n1; n += Kn::R) Kn::row_tile<Kn::R>(wp, K, main, n, xsp, x, tb0, tb1, y);
-                for (; n < n1; ++n) Kn::row_tile<1>(wp, K, main, n, xsp, x, tb0, tb1, y);
+                if (isa >= Isa::Avx512) {
+                    avx512::bf16_rows(wp, K, main, n0, n1, xsp, x, tb0, tb1, y);
+                } else if (isa == Isa::Avx2) {
+                    avx2::bf16_rows(wp, K, main, n0, n1, xsp, x, tb0, tb1, y);
+                } else {
+                    std::int64_t n = n0;
+                    for (; n + Kn::R <= n1; n += Kn::R) Kn::row_tile<Kn::R>(wp, K, main, n, xsp, x, tb0, tb1, y);
+                    for (; n < n1; ++n) Kn::row_tile<1>(wp, K, main, n, xsp, x, tb0, tb1, y);
+                }
             }
         },
-        std::max<std::int64_t>(16, N / (16 * pool.size()) / Kn::R * Kn::R));
+        std::max<std::int64_t>(16, N / (16 * pool.size()) / 4 * 4));
 }
 
 }  // namespace gemma4::detail

@@ -2,6 +2,8 @@
 // One function per spec op; the layers call these and never loop over elements themselves.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/kernels/simd.hpp>
 
 #include <xsimd/xsimd.hpp>
@@ -11,7 +13,7 @@
 #include <numbers>
 #include <type_traits>
 
-namespace gemma4::kernels {
+namespace gemma4::inline GEMMA4_ABI::kernels {
 
 /// rmsnorm / rmsnormUnit: y[i] = x[i] / sqrt(Σx²/n + eps) · w[i]   (w == nullptr: no weight).
 /// In place is allowed (y == x).

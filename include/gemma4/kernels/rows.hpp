@@ -1,9 +1,12 @@
 // Strided row-major activations, the operand type of the linear kernels.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <cstdint>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// Strided row-major activations: row t starts at data + t * stride.
 template <class T>
@@ -24,4 +27,5 @@ inline std::int64_t token_block(std::int64_t bytes_per_token, std::int64_t tt) {
 }
 
 }  // namespace detail
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

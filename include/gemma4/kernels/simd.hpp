@@ -2,11 +2,13 @@
 // default architecture (scalar tails; correct on any x86-64, fast with -march=native).
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <xsimd/xsimd.hpp>
 
 #include <cstdint>
 
-namespace gemma4::detail {
+namespace gemma4::inline GEMMA4_ABI::detail {
 
 /// Σ a[i]·b[i] in T, four independent accumulators.
 template <class T>

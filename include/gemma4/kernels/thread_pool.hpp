@@ -9,6 +9,8 @@
 // which keeps an idle pool from burning CPU.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -24,6 +26,7 @@
 #endif
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 namespace detail {
 
@@ -168,4 +171,5 @@ private:
     std::exception_ptr error_;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

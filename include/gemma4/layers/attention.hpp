@@ -3,6 +3,8 @@
 // head_dim, whether V has its own projection, RoPE) is data read from the config.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/kernels/attention.hpp>
@@ -20,6 +22,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 inline constexpr AttentionKind Sliding = AttentionKind::Sliding;
 inline constexpr AttentionKind Full = AttentionKind::Full;
@@ -130,6 +133,7 @@ public:
         first.back() = static_cast<std::int64_t>(spans.size());
         std::vector<T> partial(spans.size() * static_cast<std::size_t>(part_size));
         const bool int8 = ctx.cache.int8();
+        const Isa isa = active_isa();
         ctx.pool.parallel_chunks(static_cast<std::int64_t>(spans.size()), [&](std::int64_t begin, std::int64_t end) {
             thread_local std::vector<T> scores;
             for (std::int64_t i = begin; i < end; ++i) {
@@ -145,11 +149,11 @@ public:
                     auto row = [&, g](KVInt8Row r) { return kernels::Int8HeadRow{r.codes + g * d, r.scales[g]}; };
                     kernels::attend_span(
                         qg, group, d, sp.j0, sp.j1, [&](std::int64_t j) { return row(cache.key_int8(L, s, j)); },
-                        [&](std::int64_t j) { return row(cache.value_int8(L, s, j)); }, scores.data(), part);
+                        [&](std::int64_t j) { return row(cache.value_int8(L, s, j)); }, scores.data(), part, isa);
                 } else {
                     kernels::attend_span(
                         qg, group, d, sp.j0, sp.j1, [&](std::int64_t j) { return cache.key(L, s, j) + g * d; },
-                        [&](std::int64_t j) { return cache.value(L, s, j) + g * d; }, scores.data(), part);
+                        [&](std::int64_t j) { return cache.value(L, s, j) + g * d; }, scores.data(), part, isa);
                 }
             }
         }, 1);
@@ -188,4 +192,5 @@ private:
     std::vector<T> inv_freq_;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

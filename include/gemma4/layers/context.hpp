@@ -2,6 +2,8 @@
 // the thread pool. Layers are otherwise pure functions of their weights and inputs.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/model/kv_cache.hpp>
@@ -10,6 +12,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// The tokens of one forward step, in order; several sequences may be mixed.
 struct StepTokens {
@@ -33,4 +36,5 @@ struct LayerContext {
     ThreadPool& pool;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

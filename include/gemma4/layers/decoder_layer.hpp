@@ -5,6 +5,8 @@
 // LayerWeights&) and `forward(LayerContext<T>&, const T* in, T* out, Obs&)` over [tokens, H].
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/layers/attention.hpp>
 #include <gemma4/layers/context.hpp>
@@ -17,6 +19,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 template <class T, class Attn, class Mlp>
 class DecoderLayer {
@@ -66,4 +69,5 @@ private:
     T layer_scalar_;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -3,6 +3,8 @@
 // unscaled.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/kernels/layer_norm.hpp>
@@ -16,6 +18,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// A LayerNorm's weight and bias converted once to T.
 template <class T>
@@ -114,4 +117,5 @@ private:
     RMSNorm<T> norm_;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

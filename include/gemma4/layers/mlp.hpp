@@ -1,6 +1,8 @@
 // GeGLU MLP (spec nodes mlp.*): down( gelu_tanh(gate(x)) · up(x) ).
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/kernels/linear.hpp>
 #include <gemma4/kernels/ops.hpp>
@@ -12,6 +14,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 template <class T>
 class GeGLU {
@@ -40,4 +43,5 @@ private:
     WeightView gate_, up_, down_;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

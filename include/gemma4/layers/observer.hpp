@@ -2,12 +2,15 @@
 // With the default NoObserver the calls compile to nothing.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// A node output: `rows` tokens × `cols` values, row r at data + r · stride.
 template <class T>
@@ -34,4 +37,5 @@ inline void tap(Obs& obs, int layer, std::string_view node, const T* data, std::
         obs(TapView<T>{layer, node, data, rows, cols, stride});
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

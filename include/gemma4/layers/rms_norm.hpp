@@ -1,6 +1,8 @@
 // RMSNorm as a module: the weight converted once to T (a few KB), applied row by row.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/kernels/ops.hpp>
 #include <gemma4/tensor/weight_view.hpp>
 
@@ -8,6 +10,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 template <class T>
 class RMSNorm {
@@ -35,4 +38,5 @@ private:
     std::int64_t dim_ = 0;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

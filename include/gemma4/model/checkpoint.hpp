@@ -4,6 +4,8 @@
 // do not implement cannot load silently.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/io/config_json.hpp>
@@ -25,6 +27,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// All tensors of a checkpoint directory, by name, over one or more mapped shards.
 class TensorStore {
@@ -220,4 +223,5 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& dir, LoadOptions 
     return ck;
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -10,6 +10,8 @@
 // (double) for long contexts; attention then reads the codes with fused dequantization.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
 
@@ -23,6 +25,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 using SeqId = std::int32_t;
 
@@ -325,4 +328,5 @@ private:
     std::vector<Sequence> seqs_;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

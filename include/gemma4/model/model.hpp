@@ -3,6 +3,8 @@
 // the KV cache, so a prompt may be fed whole, in chunks, or token by token with equal results.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/kernels/linear.hpp>
@@ -28,6 +30,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// Which positions get logits: every token (scoring, tests) or each chunk's last (generation).
 enum class LogitsMode : std::uint8_t { All, Last };
@@ -278,4 +281,5 @@ private:
 template <class T>
 using Model = BasicModel<T>;
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -2,6 +2,8 @@
 // embedders, expand prompt placeholders, and lay out rows and image blocks in id order.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/layers/embedders.hpp>
 #include <gemma4/model/model.hpp>
@@ -12,6 +14,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// One image as the embedder takes it: tiles [n, patch_values] and their (x, y) positions.
 template <class T>
@@ -118,4 +121,5 @@ SoftTokenPlan<T> plan_soft_tokens(const Model& model, std::span<const std::int32
     return plan;
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

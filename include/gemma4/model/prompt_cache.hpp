@@ -5,6 +5,8 @@
 // so nothing is recomputed for any layer kind.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/model/kv_cache.hpp>
 
@@ -14,6 +16,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 template <class T>
 class PromptCache {
@@ -63,4 +66,5 @@ private:
     std::vector<Entry> entries_;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -3,6 +3,8 @@
 // weights generated directly in a format (benchmarks), without a checkpoint file.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/io/config_json.hpp>
@@ -27,6 +29,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// The storage dtype a format gives the big matrices (AsStored: none).
 constexpr DType format_dtype(WeightFormat f) {
@@ -317,4 +320,5 @@ inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& d
     write_safetensors(dir / "model.safetensors", refs, meta);
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

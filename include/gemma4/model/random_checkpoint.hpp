@@ -3,6 +3,8 @@
 // table the loader uses. For tests, benchmarks and the no-download demo.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/safetensors_writer.hpp>
@@ -18,6 +20,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 struct RandomCheckpointOptions {
     std::uint64_t seed = 1;
@@ -141,4 +144,5 @@ inline Gemma4Config tiny_config() {
     return c;
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -3,6 +3,8 @@
 // validation, the checkpoint writer and the parameter-count test all walk this table.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/config.hpp>
 #include <gemma4/model/weights.hpp>
 
@@ -11,6 +13,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 enum class TensorGroup : std::uint8_t { Text, Vision, Audio };
 
@@ -90,4 +93,5 @@ inline std::vector<TensorSpec> tensor_table(const Gemma4Config& c, const std::st
     return t;
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -2,12 +2,15 @@
 // checkpoint tensor, named like the checkpoint.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/tensor/weight_view.hpp>
 
 #include <memory>
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 struct LayerWeights {
     WeightView input_layernorm;            // spec: input_norm
@@ -45,4 +48,5 @@ struct ModelWeights {
     std::shared_ptr<const void> storage;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -6,6 +6,8 @@
 // in docs/multimodal.md.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/multimodal/wav.hpp>
 
@@ -19,6 +21,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// Parameters of the windowed-sinc resampler (defaults: see docs/multimodal.md for the
 /// measured response — flat to about 0.9 of the lower Nyquist frequency, stopband from just
@@ -151,4 +154,5 @@ inline AudioFrames preprocess_audio(const std::filesystem::path& path, const Aud
     }
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

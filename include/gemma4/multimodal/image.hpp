@@ -2,6 +2,8 @@
 // CMake target gemma4::image.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/multimodal/image_decode.hpp>
 #include <gemma4/multimodal/image_patches.hpp>
@@ -10,6 +12,7 @@
 #include <filesystem>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// Decodes an image file and turns it into patches (`ImagePatches`). Errors name the file:
 /// IoError if it cannot be read, FormatError if it is not a valid PNG/JPEG, InvalidArgument
@@ -25,4 +28,5 @@ inline ImagePatches preprocess_image(const std::filesystem::path& path, const Im
     }
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -7,6 +7,8 @@
 // setjmp and returns a status; the C++ caller owns the library handles (RAII) and throws.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/io/mapped_file.hpp>
 #include <gemma4/multimodal/image_resize.hpp>
@@ -28,6 +30,7 @@
 #include <jpeglib.h>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// Decoding limits and conversions.
 struct ImageDecodeOptions {
@@ -332,4 +335,5 @@ inline RgbImage load_image(const std::filesystem::path& path, const ImageDecodeO
     return decode_image(file.bytes(), path.string(), options);
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

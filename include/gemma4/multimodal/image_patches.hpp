@@ -3,6 +3,8 @@
 // no image-library dependency; image.hpp adds decoding on top.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/multimodal/image_resize.hpp>
 
@@ -14,6 +16,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// The soft-token budgets the image processor accepts.
 inline constexpr std::array<int, 5> kImageSoftTokenBudgets{70, 140, 280, 560, 1120};
@@ -132,4 +135,5 @@ inline ImagePatches preprocess_image(const RgbImage& image, const ImagePreproces
     return patchify(resize_bicubic_antialias(image, size.width, size.height, options.resize), tile);
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -12,6 +12,8 @@
 // available as BicubicVariant::pil.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// An 8-bit RGB image, rows top to bottom, pixels interleaved (HWC).
 struct RgbImage {
@@ -182,4 +185,5 @@ inline RgbImage resize_bicubic_antialias(const RgbImage& src, std::int64_t out_w
     return detail::resize_columns(detail::resize_rows(src, out_width, variant), out_height, variant);
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

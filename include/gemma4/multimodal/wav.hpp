@@ -4,6 +4,8 @@
 // the reference feature extractor; nothing is normalised.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/io/mapped_file.hpp>
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// A mono clip.
 struct AudioClip {
@@ -198,4 +201,5 @@ inline AudioClip read_wav(const std::filesystem::path& path) {
     return decode_wav(file.bytes(), path.string());
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

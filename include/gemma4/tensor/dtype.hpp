@@ -1,6 +1,8 @@
 // Storage dtypes of checkpoint tensors and their conversions to arithmetic types.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -10,6 +12,7 @@
 #include <string_view>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// How a tensor's elements are stored. BF16/F16/F32/F64 are the safetensors dtypes we read;
 /// the quantized formats are produced by the library (see docs/checkpoint-formats.md).
@@ -154,4 +157,5 @@ inline double round_to_dtype(double x, DType dtype) {
     }
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

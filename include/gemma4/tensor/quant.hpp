@@ -3,6 +3,8 @@
 // with zeros to a multiple of 128 elements so that kernels never need a partial block.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/tensor/dtype.hpp>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <string_view>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// How the big matrices are held in memory, chosen at load time. AsStored keeps the checkpoint's
 /// dtype (bf16 as published, or Q8/Q4 from a quantized checkpoint).
@@ -172,4 +175,5 @@ inline float panel_value_at(DType t, const std::byte* panel, const std::uint16_t
 }
 
 }  // namespace quant
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

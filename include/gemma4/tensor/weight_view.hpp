@@ -3,6 +3,8 @@
 // is never converted up front.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/tensor/dtype.hpp>
 #include <gemma4/tensor/quant.hpp>
 
@@ -15,6 +17,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 struct WeightView {
     std::string name;              ///< checkpoint tensor name, for messages
@@ -106,4 +109,5 @@ inline std::string shape_string(std::span<const std::int64_t> shape) {
     return s + "]";
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -4,6 +4,8 @@
 // the scan at about one table lookup per input byte.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -12,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace gemma4::detail {
+namespace gemma4::inline GEMMA4_ABI::detail {
 
 struct AddedToken {
     std::string content;

@@ -3,6 +3,8 @@
 // fallback to <0xNN> pieces, and the unk token with optional fusing of unknown runs.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/tokenizer/hash_tables.hpp>
 #include <gemma4/tokenizer/utf8.hpp>
@@ -14,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-namespace gemma4::detail {
+namespace gemma4::inline GEMMA4_ABI::detail {
 
 /// "▁" (U+2581), the word-boundary marker of SentencePiece-derived vocabularies.
 inline constexpr std::string_view kMetaspace = "\xE2\x96\x81";

@@ -6,6 +6,8 @@
 // Anything else is rejected with a TokenizerError naming the type and its JSON path.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/tokenizer/json_fields.hpp>
 #include <gemma4/tokenizer/utf8.hpp>
 
@@ -17,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-namespace gemma4::detail {
+namespace gemma4::inline GEMMA4_ABI::detail {
 
 inline std::string require_type(const JsonSource& src, const json& node, const std::string& path) {
     src.expect_object(node, path);

@@ -3,6 +3,8 @@
 // without one allocation per entry, and lookups touch one cache line in the common case.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -12,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace gemma4::detail {
+namespace gemma4::inline GEMMA4_ABI::detail {
 
 inline std::uint64_t mix64(std::uint64_t x) {
     x ^= x >> 33;

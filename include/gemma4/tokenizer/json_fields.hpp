@@ -2,6 +2,8 @@
 // and the JSON path of the offending field ("tokenizer.json: decoder.decoders[2].type: ...").
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 
 #include <nlohmann/json.hpp>
@@ -10,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace gemma4::detail {
+namespace gemma4::inline GEMMA4_ABI::detail {
 
 using nlohmann::json;
 

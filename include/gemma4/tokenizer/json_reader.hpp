@@ -4,6 +4,8 @@
 // what makes the 33 MB Gemma file load in a fraction of a second.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 
 #include <nlohmann/json.hpp>
@@ -13,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace gemma4::detail {
+namespace gemma4::inline GEMMA4_ABI::detail {
 
 struct StringRef {
     std::uint32_t offset;

@@ -8,6 +8,8 @@
 // `Tokenizer::decode` of all ids.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/tokenizer/tokenizer.hpp>
 #include <gemma4/tokenizer/utf8.hpp>
@@ -17,6 +19,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 class StreamingDecoder {
 public:
@@ -77,4 +80,5 @@ private:
     std::vector<std::int32_t> pending_;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -5,6 +5,8 @@
 // gemma4::Tokenizer code as the real file.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 /// Where write_tiny_tokenizer put its files and the ids of the special tokens.
 struct TinyTokenizerInfo {
@@ -259,4 +262,5 @@ inline TinyTokenizerInfo write_tiny_tokenizer(const std::filesystem::path& dir, 
     return info;
 }
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

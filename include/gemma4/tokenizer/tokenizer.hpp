@@ -10,6 +10,8 @@
 // Decoding never fails on valid ids and always returns valid UTF-8 (see Decoder::run).
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/tokenizer/added_tokens.hpp>
 #include <gemma4/tokenizer/bpe.hpp>
@@ -29,6 +31,7 @@
 #include <vector>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 class Tokenizer {
 public:
@@ -505,4 +508,5 @@ private:
     std::int32_t pad_id_ = -1;
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -3,6 +3,8 @@
 // template, added_tokens_decoder, ...) is ignored here.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <gemma4/error.hpp>
 #include <gemma4/tokenizer/json_fields.hpp>
 
@@ -14,6 +16,7 @@
 #include <string_view>
 
 namespace gemma4 {
+inline namespace GEMMA4_ABI {
 
 namespace detail {
 
@@ -78,4 +81,5 @@ struct TokenizerConfig {
     }
 };
 
+}  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -3,6 +3,8 @@
 // "is this an unfinished character?" test the streaming decoder needs.
 #pragma once
 
+#include <gemma4/abi.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -10,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace gemma4::detail {
+namespace gemma4::inline GEMMA4_ABI::detail {
 
 enum class Utf8Status : std::uint8_t { Complete, Incomplete, Invalid };
 

@@ -1,0 +1,241 @@
+// The AMX level: Intel AMX (Advanced Matrix Extensions) for the Q8/Q4 linear, a tile matrix
+// multiply of 16 tokens × 16 weight rows × 32 int8 codes per instruction (tdpbssd), eight times
+// the int8 products per instruction of AVX-512 VNNI, so that a batch of 16 sequences costs about
+// what reading the weights costs. Per block, one tile multiply gives the exact int32 block sums
+// (signed × signed: Q4 nibbles unpacked to code − 8 first), which then take the AVX-512 VNNI
+// kernel's convert and FMA, so both give bit-identical outputs. The tiles of the next two blocks
+// are computed while the vector units scale and add the previous two.
+//
+// Linux makes each process request the tile state once (kernels/cpu.hpp); tiles are then
+// configured per thread for the span of one call (TileScope).
+#pragma once
+
+#include <gemma4/abi.hpp>
+
+#include <gemma4/kernels/isa/avx512.hpp>
+#include <gemma4/kernels/quant_acts.hpp>
+#include <gemma4/kernels/rows.hpp>
+#include <gemma4/kernels/target.hpp>
+#include <gemma4/tensor/quant.hpp>
+#include <gemma4/tensor/weight_view.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+GEMMA4_TARGET_AMX_BEGIN
+// GCC 12 reports the intrinsics' own `_mm512_undefined_*` pass-through operands (PR 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace gemma4::inline GEMMA4_ABI::detail::amx {
+
+/// Groups of fewer tokens than this go to the AVX-512 VNNI pass even at this level: it reads
+/// the weights as fast and has no tile overhead.
+inline constexpr int kMinTokens = 8;
+
+/// The tiles of the Q8/Q4 kernel, configured per thread for the span of one call (TileScope):
+/// 0–3 accumulators (two sets of two, 16 tokens × 16 int32), 4–5 activations (16 tokens × 32
+/// codes), 6–7 weights (8 rows of 4 codes × 16 weight rows: one block of a panel as it lies in
+/// memory).
+struct AmxTiles {
+    static constexpr int kAccumulators[] = {0, 1, 2, 3}, kActivations[] = {4, 5}, kWeights[] = {6, 7};
+
+    struct alignas(64) Config {
+        std::uint8_t palette = 1, start_row = 0;
+        std::uint8_t reserved[14] = {};
+        std::uint16_t colsb[16] = {};
+        std::uint8_t rows[16] = {};
+    };
+
+    /// The kernel's configuration.
+    static Config kernel_config() {
+        Config c;
+        for (int t : kAccumulators) c.rows[t] = 16, c.colsb[t] = 64;
+        for (int t : kActivations) c.rows[t] = 16, c.colsb[t] = 32;
+        for (int t : kWeights) c.rows[t] = 8, c.colsb[t] = 64;
+        return c;
+    }
+
+    /// ldtilecfg for this thread, tilerelease when the scope ends (the OS then need not save the
+    /// 8 KB of tile state on a context switch).
+    struct TileScope {
+        explicit TileScope(const Config& c = kernel_config()) {
+            // Inline asm rather than _tile_loadconfig: GCC 12 does not see the intrinsic read its
+            // operand and drops the stores that fill it.
+            asm volatile("ldtilecfg %0" : : "m"(c));
+        }
+        ~TileScope() { _tile_release(); }
+        TileScope(const TileScope&) = delete;
+        TileScope& operator=(const TileScope&) = delete;
+    };
+};
+struct PanelAmx {
+    static constexpr int P = static_cast<int>(quant::kPanelRows);
+    static constexpr int G = static_cast<int>(kGroupTokens);  ///< tokens per pass: the rows of a tile
+
+    /// Weight block b of a panel as a B tile source: Q8 in place; Q4 unpacked to code − 8 into
+    /// `scratch` (a block's codes are the low or high nibbles of 512 bytes of its 128-group).
+    template <bool Q4>
+    static const std::byte* block_source(const std::byte* panel, std::int64_t b, std::int8_t* scratch) {
+        if constexpr (!Q4) {
+            return panel + b * 512;
+        } else {
+            const std::byte* base = panel + (b / 4) * 1024 + (b % 2) * 512;
+            const bool high = b % 4 >= 2;
+            const __m512i low4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+            for (int s = 0; s < 8; ++s) {
+                const __m512i v = _mm512_loadu_si512(base + 64 * s);
+                const __m512i nib = _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, low4);
+                _mm512_store_si512(scratch + 64 * s, _mm512_sub_epi8(nib, eight));
+            }
+            return reinterpret_cast<const std::byte*>(scratch);
+        }
+    }
+
+    /// A group's activations for the A tiles: block by block, the 16 tokens' 32 codes of each
+    /// block together (512 bytes; rows past the last token zero), so that the pass reads them as
+    /// one sequential stream.
+    static constexpr std::int64_t kGroupBlockBytes = G * quant::kBlock;
+
+    /// Tokens [t0, t1) of `a` into `tiles` (sized for all groups), and the zero rows that pad
+    /// the last group when t1 is the last token.
+    static void group_tiles(const QuantActs& a, std::int64_t t0, std::int64_t t1, std::vector<std::int8_t>& tiles) {
+        const std::int64_t t_end = t1 == a.tokens ? (t1 + G - 1) / G * G : t1;
+        for (std::int64_t t = t0; t < t_end; ++t) {
+            std::int8_t* g = tiles.data() + t / G * a.blocks * kGroupBlockBytes + t % G * quant::kBlock;
+            for (std::int64_t b = 0; b < a.blocks; ++b) {
+                std::int8_t* dst = g + b * kGroupBlockBytes;
+                if (t < a.tokens) std::memcpy(dst, a.q_row(t) + b * quant::kBlock, quant::kBlock);
+                else std::memset(dst, 0, quant::kBlock);
+            }
+        }
+    }
+
+    /// Block sums of blocks b and b + 1 of the group whose tiles start at `acts` into sums[0],
+    /// sums[1] (16 × 16 int32 each, token-major), in accumulator tiles 0, 1 (first set) or 2, 3
+    /// (second set); A tiles 4, 5 and B tiles 6, 7 (AmxTiles). GCC's tile intrinsics paste their
+    /// tile operands into the instruction text, so they are written as literals.
+    template <bool Q4, bool SecondSet>
+    static void block_pair(const std::byte* panel, std::int64_t b, const std::int8_t* acts, std::int8_t (*scratch)[512],
+                           std::int32_t (*sums)[G * P]) {
+        constexpr std::int64_t q_stride = quant::kBlock;
+        const std::int8_t* a0 = acts + b * kGroupBlockBytes;
+        const std::int8_t* a1 = a0 + kGroupBlockBytes;
+        const std::byte* b0 = block_source<Q4>(panel, b, scratch[0]);
+        const std::byte* b1 = block_source<Q4>(panel, b + 1, scratch[1]);
+        if constexpr (!SecondSet) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_loadd(4, a0, q_stride);
+            _tile_loadd(6, b0, 64);
+            _tile_dpbssd(0, 4, 6);
+            _tile_loadd(5, a1, q_stride);
+            _tile_loadd(7, b1, 64);
+            _tile_dpbssd(1, 5, 7);
+            _tile_stored(0, sums[0], 64);
+            _tile_stored(1, sums[1], 64);
+        } else {
+            _tile_zero(2);
+            _tile_zero(3);
+            _tile_loadd(4, a0, q_stride);
+            _tile_loadd(6, b0, 64);
+            _tile_dpbssd(2, 4, 6);
+            _tile_loadd(5, a1, q_stride);
+            _tile_loadd(7, b1, 64);
+            _tile_dpbssd(3, 5, 7);
+            _tile_stored(2, sums[0], 64);
+            _tile_stored(3, sums[1], 64);
+        }
+    }
+
+    /// acc[t] += float(sum[t]) · (w_scale · x_scale[t]) for block b: the VNNI pass's float
+    /// sequence exactly.
+    template <int N>
+    static void scale_add(const std::int32_t* sums, const std::uint16_t* scales, const float* xs, std::int64_t xs_stride,
+                          std::int64_t b, __m512* acc) {
+        const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + P * b)));
+#pragma GCC unroll 16
+        for (int t = 0; t < N; ++t)
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + P * t)),
+                                     _mm512_mul_ps(ws, _mm512_set1_ps(xs[t * xs_stride + b])), acc[t]);
+    }
+
+    /// The N tokens of the group whose tiles start at `acts` over one panel, as
+    /// PanelVnni::pass. Blocks go in pairs: pair i is multiplied in tile set i % 2 while pair
+    /// i − 1 is scaled and added.
+    template <bool Q4, int N>
+    static void pass(const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int8_t* acts,
+                     const float* xs, std::int64_t xs_stride, std::int64_t ahead, float* const y[N], __mmask16 mask) {
+        constexpr std::int64_t block_bytes = Q4 ? 256 : 512;
+        alignas(64) std::int32_t sums[2][2][G * P];
+        alignas(64) std::int8_t scratch[2][2][512];
+        __m512 acc[N];
+        for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
+        for (std::int64_t b = 0; b <= blocks; b += 2) {
+            if (b < blocks) {
+                if (ahead) {
+                    const char* f = reinterpret_cast<const char*>(panel) + b * block_bytes + ahead;
+                    for (std::int64_t l = 0; l < 2 * block_bytes; l += 64) {
+                        _mm_prefetch(f + l, _MM_HINT_T0);
+                        _mm_prefetch(f + avx512::PanelVnni::kAheadL2 + l, _MM_HINT_T1);
+                    }
+                    _mm_prefetch(reinterpret_cast<const char*>(scales + P * (b + ahead / block_bytes)), _MM_HINT_T0);
+                }
+                if (b / 2 % 2 == 0) block_pair<Q4, false>(panel, b, acts, scratch[0], sums[0]);
+                else block_pair<Q4, true>(panel, b, acts, scratch[1], sums[1]);
+            }
+            if (b >= 2) {
+                const int set = static_cast<int>((b - 2) / 2 % 2);
+                scale_add<N>(sums[set][0], scales, xs, xs_stride, b - 2, acc);
+                scale_add<N>(sums[set][1], scales, xs, xs_stride, b - 1, acc);
+            }
+        }
+        for (int t = 0; t < N; ++t) _mm512_mask_storeu_ps(y[t], mask, acc[t]);
+    }
+
+    template <bool Q4, int N = G>
+    static void dispatch(int n, const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int8_t* acts,
+                         const float* xs, std::int64_t xs_stride, std::int64_t ahead, float* const* y, __mmask16 mask) {
+        if constexpr (N > kMinTokens)
+            if (n < N) return dispatch<Q4, N - 1>(n, panel, scales, blocks, acts, xs, xs_stride, ahead, y, mask);
+        pass<Q4, N>(panel, scales, blocks, acts, xs, xs_stride, ahead, y, mask);
+    }
+};
+
+/// Panels [p0, p1) of w for all tokens: the groups of tokens before `vnni_from` take the AMX
+/// pass (`tiles` holds their activations), the others the AVX-512 VNNI pass (`ga`).
+inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, const std::vector<std::int8_t>& tiles,
+                   std::int64_t vnni_from, std::int64_t p0, std::int64_t p1, Rows<float> y) {
+    constexpr int P = PanelAmx::P, G = PanelAmx::G;
+    using avx512::PanelVnni;
+    const bool q4 = w.dtype == DType::Q4;
+    const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;  // as avx512::panels
+    const AmxTiles::TileScope tile_scope;
+    float* yt[G];
+    for (std::int64_t p = p0; p < p1; ++p) {
+        const std::int64_t n0 = p * P, rows = std::min<std::int64_t>(P, w.rows() - n0);
+        const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
+        for (std::int64_t t0 = 0; t0 < a.tokens; t0 += G) {
+            const int n = static_cast<int>(std::min<std::int64_t>(G, a.tokens - t0));
+            for (int t = 0; t < n; ++t) yt[t] = y.row(t0 + t) + n0;
+            const std::int64_t pf = t0 == 0 ? ahead : 0;
+            if (t0 < vnni_from) {
+                const std::int8_t* acts = tiles.data() + t0 * a.blocks * quant::kBlock;
+                if (q4) PanelAmx::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
+                else PanelAmx::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
+            } else if (q4) {
+                PanelVnni::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(t0), pf, yt, mask);
+            } else {
+                PanelVnni::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(t0), pf, yt, mask);
+            }
+        }
+    }
+}
+
+}  // namespace gemma4::detail::amx
+
+#pragma GCC diagnostic pop
+GEMMA4_TARGET_END

@@ -1,0 +1,159 @@
+// The AVX-512 level (F/BW/VL + VNNI): the Q8/Q4 panel kernel, and the float kernels
+// (kernels/isa/float_kernels-inl.hpp) at 16 lanes. Compiled for AVX-512 whatever the program's
+// flags (kernels/target.hpp); called only where kernels/cpu.hpp found the level.
+#pragma once
+
+#include <gemma4/abi.hpp>
+
+#include <gemma4/kernels/attention_rows.hpp>
+#include <gemma4/kernels/quant_acts.hpp>
+#include <gemma4/kernels/rows.hpp>
+#include <gemma4/kernels/target.hpp>
+#include <gemma4/tensor/dtype.hpp>
+#include <gemma4/tensor/quant.hpp>
+#include <gemma4/tensor/weight_view.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+GEMMA4_TARGET_AVX512_BEGIN
+// GCC 12 reports the intrinsics' own `_mm512_undefined_*` pass-through operands (PR 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace gemma4::inline GEMMA4_ABI::detail::avx512 {
+
+// The Q8/Q4 panel kernel (vpdpbusd, 64 int8 products per instruction). A panel interleaves its
+// 16 rows in 4-byte words, so one 64-byte load holds 4 codes of each row: a block (32 columns)
+// is 8 such vectors, loaded once and met by the broadcast activation words of up to 16 tokens,
+// each token's block sum then taking one convert and one FMA, with no shuffles and no
+// horizontal sums. The weights stream once per pass, as one contiguous prefetched sequence;
+// more than 16 tokens make more passes over a panel, which is then in L2. vpdpbusd multiplies
+// unsigned by signed bytes, so weights enter as unsigned (Q8: code + 128 by flipping the sign
+// bit; Q4: the stored nibble, code + 8) and each block's int32 sum starts at −offset·Σx.
+struct PanelVnni {
+    /// The offset that makes a weight code unsigned (GroupActs).
+    static constexpr int offset(DType t) { return t == DType::Q4 ? quant::kQ4Offset : 128; }
+
+    static constexpr int P = static_cast<int>(quant::kPanelRows);  ///< rows per panel: the 16 int32 lanes of a zmm
+    static constexpr int G = static_cast<int>(kGroupTokens);  ///< tokens per pass: 16 float accumulators in registers
+    static constexpr std::int64_t kAheadL2 = 8192;  ///< bytes of the weight stream prefetched into L2
+
+    /// The N tokens of one group over one panel: y[t][0 … 16) for the panel's rows (mask).
+    /// Prefetches the weight stream `ahead` bytes in front (0: the panel is already cached).
+    template <bool Q4, int N>
+    static void pass(const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int32_t* act,
+                     std::int64_t ahead, float* const y[N], __mmask16 mask) {
+        constexpr std::int64_t block_bytes = Q4 ? 256 : 512;  // 16 rows × 32 codes
+        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80)), low4 = _mm512_set1_epi8(0x0f);
+        __m512 acc[N];
+        for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
+        for (std::int64_t b = 0; b < blocks; ++b) {
+            if (ahead) {
+                const char* f = reinterpret_cast<const char*>(panel) + b * block_bytes + ahead;
+                for (std::int64_t l = 0; l < block_bytes; l += 64) {
+                    _mm_prefetch(f + l, _MM_HINT_T0);
+                    _mm_prefetch(f + kAheadL2 + l, _MM_HINT_T1);
+                }
+                if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + P * (b + ahead / block_bytes)), _MM_HINT_T0);
+            }
+            __m512i wv[8];
+            if constexpr (Q4) {
+                // block k of a 128-column group: low (k < 2) or high nibbles of words (k % 2)·8 …
+                const std::byte* base = panel + (b / 4) * 1024 + (b % 2) * 512;
+                const bool high = b % 4 >= 2;
+                for (int s = 0; s < 8; ++s) {
+                    const __m512i v = _mm512_loadu_si512(base + 64 * s);
+                    wv[s] = _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, low4);
+                }
+            } else {
+                const std::byte* base = panel + b * 512;
+                for (int s = 0; s < 8; ++s) wv[s] = _mm512_xor_si512(_mm512_loadu_si512(base + 64 * s), flip);
+            }
+            const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + P * b)));
+            const std::int32_t* words = act + b * 10 * N;
+            const auto* xs = reinterpret_cast<const float*>(words + 8 * N);
+            const std::int32_t* start = words + 9 * N;
+            // Four tokens at a time: four independent vpdpbusd chains hide its latency, and every
+            // accumulator stays in a register (the loops are unrolled fully).
+#pragma GCC unroll 16
+            for (int t0 = 0; t0 < N; t0 += 4) {
+                constexpr int kChains = 4;
+                __m512i isum[kChains];
+#pragma GCC unroll 4
+                for (int c = 0; c < kChains; ++c)
+                    if (t0 + c < N) isum[c] = _mm512_set1_epi32(start[t0 + c]);
+#pragma GCC unroll 8
+                for (int s = 0; s < 8; ++s)
+#pragma GCC unroll 4
+                    for (int c = 0; c < kChains; ++c)
+                        if (t0 + c < N) isum[c] = _mm512_dpbusd_epi32(isum[c], wv[s], _mm512_set1_epi32(words[s * N + t0 + c]));
+#pragma GCC unroll 4
+                for (int c = 0; c < kChains; ++c)
+                    if (t0 + c < N)
+                        acc[t0 + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(ws, _mm512_set1_ps(xs[t0 + c])), acc[t0 + c]);
+            }
+        }
+        for (int t = 0; t < N; ++t) _mm512_mask_storeu_ps(y[t], mask, acc[t]);
+    }
+
+    template <bool Q4, int N = G>
+    static void dispatch(int n, const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int32_t* act,
+                         std::int64_t ahead, float* const* y, __mmask16 mask) {
+        if constexpr (N > 1)
+            if (n < N) return dispatch<Q4, N - 1>(n, panel, scales, blocks, act, ahead, y, mask);
+        pass<Q4, N>(panel, scales, blocks, act, ahead, y, mask);
+    }
+};
+
+
+/// Panels [p0, p1) of w for all tokens of `a` (their activations in `ga`, offset as above).
+inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
+    constexpr int P = PanelVnni::P, G = PanelVnni::G;
+    const bool q4 = w.dtype == DType::Q4;
+    // Prefetch distance into L1 (the stream also goes to L2 kAheadL2 bytes ahead): longer when
+    // few tokens make the pass fast.
+    const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;
+    float* yt[G];
+    for (std::int64_t p = p0; p < p1; ++p) {
+        const std::int64_t n0 = p * P, rows = std::min<std::int64_t>(P, w.rows() - n0);
+        const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
+        for (std::int64_t t0 = 0; t0 < a.tokens; t0 += G) {
+            const int n = static_cast<int>(std::min<std::int64_t>(G, a.tokens - t0));
+            for (int t = 0; t < n; ++t) yt[t] = y.row(t0 + t) + n0;
+            const std::int64_t pf = t0 == 0 ? ahead : 0;
+            if (q4) PanelVnni::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(t0), pf, yt, mask);
+            else PanelVnni::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(t0), pf, yt, mask);
+        }
+    }
+}
+
+// ---- the vector layer of float_kernels-inl.hpp: 16 floats ----------------------------------
+using V = __m512;
+inline constexpr std::int64_t kLanes = 16;
+inline constexpr int kBf16Rows = 4, kBf16Tokens = 4;  ///< 4 × 4 accumulators + operands: 26 of 32 registers
+inline V vzero() { return _mm512_setzero_ps(); }
+inline V vsplat(float a) { return _mm512_set1_ps(a); }
+inline V vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, V v) { _mm512_storeu_ps(p, v); }
+inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vsum(V a) { return _mm512_reduce_add_ps(a); }
+inline V vload_i8(const std::int8_t* c) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c))));
+}
+inline void vload_bf16(const std::uint16_t* w, V& even, V& odd) {
+    const __m512i v = _mm512_loadu_si512(w);  // rows of odd K are not 4-byte aligned: unaligned load
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+#include <gemma4/kernels/isa/float_kernels-inl.hpp>
+
+}  // namespace gemma4::detail::avx512
+
+#pragma GCC diagnostic pop
+GEMMA4_TARGET_END

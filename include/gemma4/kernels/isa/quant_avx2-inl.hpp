@@ -1,0 +1,133 @@
+// The Q8/Q4 panel kernel at 256 bits, written once for two levels: kernels/isa/avx2.hpp includes
+// this text in namespace avx2 (kAvxVnni = false: the int8 products by vpmaddubsw + vpmaddwd) and
+// in namespace avxvnni (kAvxVnni = true: vpdpbusd on ymm), each inside its own target region.
+// So there is no include guard.
+//
+// A panel interleaves its 16 rows in 4-byte words (tensor/quant.hpp), so one 32-byte half of a
+// 64-byte word column holds 4 codes of 8 rows. Per block, each half is met by the broadcast
+// activation words of up to 4 tokens; the exact int32 block sums then take the AVX-512 kernel's
+// convert and FMA (acc = fma(float(isum), w_scale · x_scale, acc), blocks in order), so all the
+// vector levels give bit-identical outputs.
+//
+// Exactness of the products: vpdpbusd and vpmaddubsw multiply unsigned by signed bytes.
+//  * Q4: the nibble (code + 8, ≤ 15) is the unsigned operand; the block sum starts at −8·Σx.
+//    vpmaddubsw's int16 pair sums stay ≤ 2 · 15 · 127, far from saturating.
+//  * Q8 with VNNI: code + 128 (sign bit flipped), the sum starting at −128·Σx.
+//  * Q8 without VNNI: 255 · 127 · 2 would saturate vpmaddubsw's int16, so the product is taken
+//    as |w| · (x · sign(w)): both factors ≤ 127, pair sums ≤ 32,258; the sum starts at 0.
+
+struct PanelAvx2 {
+    static constexpr int P = static_cast<int>(quant::kPanelRows);
+    static constexpr int kTokens = 4;  ///< tokens per pass: 2 halves × 4 accumulators + 4 block sums in 16 registers
+    static constexpr std::int64_t kAheadL2 = 8192;
+
+    /// The offset that makes a weight code unsigned for this kernel (GroupActs).
+    static constexpr int offset(DType t) { return t == DType::Q4 ? quant::kQ4Offset : kAvxVnni ? 128 : 0; }
+
+    /// isum += the 4-code dot products of w (per int32 lane) with the broadcast activation word x.
+    static __m256i dot(__m256i isum, __m256i w, __m256i w_abs, __m256i x, bool q4) {
+        if constexpr (kAvxVnni) {
+            (void)w_abs, (void)q4;
+            return _mm256_dpbusd_avx_epi32(isum, w, x);
+        } else {
+            const __m256i ones = _mm256_set1_epi16(1);
+            const __m256i pairs = q4 ? _mm256_maddubs_epi16(w, x) : _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w));
+            return _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
+        }
+    }
+
+    /// Word s (of 8) of block b, half h (rows 8h … 8h + 7), as the kernel's weight operand.
+    template <bool Q4>
+    static __m256i weight(const std::byte* panel, std::int64_t b, int s, int h) {
+        if constexpr (Q4) {
+            // block k of a 128-column group: low (k < 2) or high nibbles of words (k % 2)·8 …
+            const std::byte* base = panel + (b / 4) * 1024 + (b % 2) * 512;
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 64 * s + 32 * h));
+            return _mm256_and_si256(b % 4 >= 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+        } else {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + b * 512 + 64 * s + 32 * h));
+            return kAvxVnni ? _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))) : v;
+        }
+    }
+
+    /// Tokens i … i + N − 1 of a group of n (activations `act`, GroupActs) over one panel:
+    /// y[t][0 … rows). Prefetches the weight stream `ahead` bytes in front (0: already cached).
+    template <bool Q4, int N>
+    static void pass(const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int32_t* act, int n,
+                     int i, std::int64_t ahead, float* const y[N], int rows) {
+        constexpr std::int64_t block_bytes = Q4 ? 256 : 512;
+        __m256 acc[2][N];
+        for (auto& half : acc)
+            for (auto& a : half) a = _mm256_setzero_ps();
+        for (std::int64_t b = 0; b < blocks; ++b) {
+            if (ahead) {
+                const char* f = reinterpret_cast<const char*>(panel) + b * block_bytes + ahead;
+                for (std::int64_t l = 0; l < block_bytes; l += 64) {
+                    _mm_prefetch(f + l, _MM_HINT_T0);
+                    _mm_prefetch(f + kAheadL2 + l, _MM_HINT_T1);
+                }
+                if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + P * (b + ahead / block_bytes)), _MM_HINT_T0);
+            }
+            const std::int32_t* words = act + b * 10 * n + i;
+            const auto* xs = reinterpret_cast<const float*>(words + 8 * n);
+            const std::int32_t* start = words + 9 * n;
+            for (int h = 0; h < 2; ++h) {
+                __m256i isum[N];
+                for (int t = 0; t < N; ++t) isum[t] = _mm256_set1_epi32(start[t]);
+                for (int s = 0; s < 8; ++s) {
+                    const __m256i w = weight<Q4>(panel, b, s, h);
+                    const __m256i w_abs = Q4 || kAvxVnni ? w : _mm256_abs_epi8(w);
+                    for (int t = 0; t < N; ++t) isum[t] = dot(isum[t], w, w_abs, _mm256_set1_epi32(words[s * n + t]), Q4);
+                }
+                const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + P * b + 8 * h)));
+                for (int t = 0; t < N; ++t)
+                    acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(ws, _mm256_set1_ps(xs[t])), acc[h][t]);
+            }
+        }
+        for (int t = 0; t < N; ++t) {
+            if (rows == P) {
+                _mm256_storeu_ps(y[t], acc[0][t]);
+                _mm256_storeu_ps(y[t] + 8, acc[1][t]);
+            } else {
+                alignas(32) float tmp[P];
+                _mm256_store_ps(tmp, acc[0][t]);
+                _mm256_store_ps(tmp + 8, acc[1][t]);
+                std::memcpy(y[t], tmp, static_cast<std::size_t>(rows) * sizeof(float));
+            }
+        }
+    }
+
+    template <bool Q4>
+    static void dispatch(int count, const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int32_t* act,
+                         int n, int i, std::int64_t ahead, float* const* y, int rows) {
+        switch (count) {
+            case 1: return pass<Q4, 1>(panel, scales, blocks, act, n, i, ahead, y, rows);
+            case 2: return pass<Q4, 2>(panel, scales, blocks, act, n, i, ahead, y, rows);
+            case 3: return pass<Q4, 3>(panel, scales, blocks, act, n, i, ahead, y, rows);
+            default: return pass<Q4, 4>(panel, scales, blocks, act, n, i, ahead, y, rows);
+        }
+    }
+};
+
+/// Panels [p0, p1) of w for all tokens of `a` (their activations in `ga`, with offset() above).
+inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
+    constexpr int P = PanelAvx2::P;
+    constexpr auto G = kGroupTokens;
+    const bool q4 = w.dtype == DType::Q4;
+    const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;
+    float* yt[PanelAvx2::kTokens];
+    for (std::int64_t p = p0; p < p1; ++p) {
+        const std::int64_t n0 = p * P;
+        const int rows = static_cast<int>(std::min<std::int64_t>(P, w.rows() - n0));
+        for (std::int64_t g0 = 0; g0 < a.tokens; g0 += G) {
+            const int n = static_cast<int>(std::min<std::int64_t>(G, a.tokens - g0));
+            for (int i = 0; i < n; i += PanelAvx2::kTokens) {
+                const int count = std::min(PanelAvx2::kTokens, n - i);
+                for (int t = 0; t < count; ++t) yt[t] = y.row(g0 + i + t) + n0;
+                const std::int64_t pf = g0 == 0 && i == 0 ? ahead : 0;
+                if (q4) PanelAvx2::dispatch<true>(count, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
+                else PanelAvx2::dispatch<false>(count, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
+            }
+        }
+    }
+}

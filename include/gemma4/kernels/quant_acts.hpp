@@ -1,0 +1,109 @@
+// The activations of a Q8/Q4 linear call, quantized once to int8 per 32-element block (scale
+// max|x|/127), and the layouts the panel kernels of every instruction-set level read them in.
+// Each block's dot product with a weight block is then exact in int32, and every kernel computes
+// y = Σ_b isum_b · (w_scale_b · x_scale_b) over the blocks in order, one multiply-add per block.
+#pragma once
+
+#include <gemma4/abi.hpp>
+
+#include <gemma4/kernels/rows.hpp>
+#include <gemma4/tensor/quant.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace gemma4::inline GEMMA4_ABI::detail {
+
+/// Activations of one call, int8 per 32-element block.
+struct QuantActs {
+    std::int64_t tokens = 0, cols = 0, padded = 0, blocks = 0;
+    std::vector<std::int8_t> q;     ///< [tokens, padded], zeros past cols
+    std::vector<float> scale;       ///< [tokens, blocks]
+    std::vector<std::int32_t> sum;  ///< [tokens, blocks]: Σ q over the block
+
+    const std::int8_t* q_row(std::int64_t t) const { return q.data() + t * padded; }
+    const float* scale_row(std::int64_t t) const { return scale.data() + t * blocks; }
+    const std::int32_t* sum_row(std::int64_t t) const { return sum.data() + t * blocks; }
+};
+
+/// Sizes `a` for tokens × cols (the buffers are reused across calls: resize, not assign, as
+/// quantize_activations writes every element).
+inline void shape_activations(std::int64_t tokens, std::int64_t cols, QuantActs& a) {
+    a.tokens = tokens;
+    a.cols = cols;
+    a.padded = quant::padded_cols(cols);
+    a.blocks = a.padded / quant::kBlock;
+    a.q.resize(static_cast<std::size_t>(tokens * a.padded));
+    a.scale.resize(static_cast<std::size_t>(tokens * a.blocks));
+    a.sum.resize(static_cast<std::size_t>(tokens * a.blocks));
+}
+
+/// Quantizes tokens [t0, t1) of x into `a` (shaped by shape_activations).
+inline void quantize_activations(Rows<const float> x, std::int64_t t0, std::int64_t t1, QuantActs& a) {
+    const std::int64_t cols = a.cols;
+    for (std::int64_t t = t0; t < t1; ++t) {
+        const float* xr = x.row(t);
+        std::int8_t* q = a.q.data() + t * a.padded;
+        for (std::int64_t b = 0; b < a.blocks; ++b) {
+            const std::int64_t i0 = b * quant::kBlock, i1 = std::min(cols, i0 + quant::kBlock);
+            float amax = 0;
+            for (std::int64_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(xr[i]));
+            const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+            std::int32_t s = 0;
+            // |x·inv| ≤ 127 up to rounding, so the clamp only guards the last ulp
+            for (std::int64_t i = i0; i < i1; ++i) {
+                const float r = std::nearbyint(std::min(127.0f, std::max(-127.0f, xr[i] * inv)));
+                const auto v = static_cast<std::int8_t>(static_cast<int>(r));
+                q[i] = v;
+                s += v;
+            }
+            for (std::int64_t i = i1; i < i0 + quant::kBlock; ++i) q[i] = 0;
+            a.scale[static_cast<std::size_t>(t * a.blocks + b)] = d;
+            a.sum[static_cast<std::size_t>(t * a.blocks + b)] = s;
+        }
+    }
+}
+
+/// Tokens per group in the panel kernels' activation layout: a pass over a panel serves up to
+/// this many tokens.
+inline constexpr std::int64_t kGroupTokens = 16;
+
+/// Activations for the vector panel kernels, per group of up to kGroupTokens tokens (n in the
+/// group): for every block, its 8 words of 4 codes as [8][n] int32, then the n x scales and the
+/// n start values −offset·Σx — one contiguous record of 10·n words per block. `offset` is what
+/// the kernel adds to each weight code to make it unsigned (vpdpbusd multiplies unsigned by
+/// signed bytes), so that the start value takes it back out and each block sum stays exact.
+struct GroupActs {
+    std::vector<std::int32_t> data;  ///< group starting at token t0: at t0 · blocks · 10
+    std::int64_t blocks = 0;
+
+    /// The record of block 0 of the group that starts at token t0.
+    const std::int32_t* group(std::int64_t t0) const { return data.data() + t0 * blocks * 10; }
+};
+
+/// Sizes `out` for all of a's tokens.
+inline void shape_group_acts(const QuantActs& a, GroupActs& out) {
+    out.blocks = a.blocks;
+    out.data.resize(static_cast<std::size_t>(a.tokens * a.blocks * 10));
+}
+
+/// Tokens [t0, t1) of `a` into `out` (shaped by shape_group_acts).
+inline void group_acts(const QuantActs& a, int offset, std::int64_t t0, std::int64_t t1, GroupActs& out) {
+    constexpr std::int64_t G = kGroupTokens;
+    for (std::int64_t t = t0; t < t1; ++t) {
+        const std::int64_t g0 = t / G * G, n = std::min<std::int64_t>(G, a.tokens - g0), i = t - g0;
+        std::int32_t* g = out.data.data() + g0 * a.blocks * 10;
+        const std::int8_t* q = a.q_row(t);
+        for (std::int64_t b = 0; b < a.blocks; ++b) {
+            std::int32_t* rec = g + b * 10 * n;
+            for (int s = 0; s < 8; ++s) std::memcpy(rec + s * n + i, q + b * quant::kBlock + 4 * s, 4);
+            std::memcpy(rec + 8 * n + i, a.scale_row(t) + b, 4);
+            rec[9 * n + i] = -offset * a.sum_row(t)[b];
+        }
+    }
+}
+
+}  // namespace gemma4::detail

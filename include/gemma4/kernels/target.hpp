@@ -1,0 +1,40 @@
+// Compiling a stretch of code for one instruction-set level, whatever the program's -m flags:
+//
+//   GEMMA4_TARGET_AVX512_BEGIN
+//   namespace gemma4::kernels::avx512 { ... }
+//   GEMMA4_TARGET_END
+//
+// Every function defined in between (templates and lambdas included) carries the level's
+// target attribute, so the intrinsics of that level inline into it; it runs only after
+// kernels/cpu.hpp has found the level on the CPU. Code of each level lives in a namespace of
+// its own, so an inline function never has two bodies for two sets of flags (the one-definition
+// rule holds in programs whose translation units are built with different -march).
+#pragma once
+
+#include <immintrin.h>
+
+#define GEMMA4_DETAIL_ISA_AVX2 "avx,avx2,fma,f16c,bmi,bmi2,popcnt"
+#define GEMMA4_DETAIL_ISA_AVXVNNI "avx,avx2,fma,f16c,bmi,bmi2,popcnt,avxvnni"
+#define GEMMA4_DETAIL_ISA_AVX512 "avx,avx2,fma,f16c,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512dq,avx512cd,avx512vnni"
+#define GEMMA4_DETAIL_ISA_AMX "avx,avx2,fma,f16c,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512dq,avx512cd,avx512vnni,amx-tile,amx-int8"
+
+#if defined(__clang__)
+#define GEMMA4_DETAIL_TARGET_BEGIN(isa) \
+    _Pragma(GEMMA4_DETAIL_STR(clang attribute push(__attribute__((target(isa))), apply_to = function)))
+#define GEMMA4_TARGET_END _Pragma("clang attribute pop")
+#elif defined(__GNUC__)
+#define GEMMA4_DETAIL_TARGET_BEGIN(isa) _Pragma("GCC push_options") _Pragma(GEMMA4_DETAIL_STR(GCC target(isa)))
+#define GEMMA4_TARGET_END _Pragma("GCC pop_options")
+#else
+#error "gemma4 needs GCC or Clang (function target attributes)"
+#endif
+#define GEMMA4_DETAIL_STR(x) #x
+
+/// AVX2 + FMA + F16C (Haswell, Zen 1 and later).
+#define GEMMA4_TARGET_AVX2_BEGIN GEMMA4_DETAIL_TARGET_BEGIN(GEMMA4_DETAIL_ISA_AVX2)
+/// AVX2 with AVX-VNNI (Alder Lake, Sapphire Rapids, Zen 5): vpdpbusd on ymm.
+#define GEMMA4_TARGET_AVXVNNI_BEGIN GEMMA4_DETAIL_TARGET_BEGIN(GEMMA4_DETAIL_ISA_AVXVNNI)
+/// AVX-512 F/BW/VL/DQ/CD + VNNI (Ice Lake, Sapphire Rapids, Zen 4 and later).
+#define GEMMA4_TARGET_AVX512_BEGIN GEMMA4_DETAIL_TARGET_BEGIN(GEMMA4_DETAIL_ISA_AVX512)
+/// AVX-512 VNNI + AMX tiles (Sapphire Rapids and later).
+#define GEMMA4_TARGET_AMX_BEGIN GEMMA4_DETAIL_TARGET_BEGIN(GEMMA4_DETAIL_ISA_AMX)
