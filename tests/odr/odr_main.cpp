@@ -44,9 +44,13 @@ int main(int argc, char** argv) {
         check(a.bf16 == b.bf16, "both run the bf16 kernel of the process's level");
     if (gemma4::active_isa() == gemma4::Isa::Baseline) {
         // the portable kernel is generic code: the x86-64-v3 unit may fuse its multiply-adds
-        double diff = 0;
-        for (std::size_t i = 0; i < a.q8.size() && i < b.q8.size(); ++i) diff = std::max(diff, std::fabs(static_cast<double>(a.q8[i]) - b.q8[i]));
-        check(a.q8.size() == b.q8.size() && diff <= 1e-4, "the portable Q8 kernel agrees in both");
+        double diff = 0, largest = 0;
+        for (std::size_t i = 0; i < a.q8.size() && i < b.q8.size(); ++i) {
+            diff = std::max(diff, std::fabs(static_cast<double>(a.q8[i]) - b.q8[i]));
+            largest = std::max(largest, std::fabs(static_cast<double>(a.q8[i])));
+        }
+        std::printf("portable Q8: largest difference %.3g (largest value %.3g)\n", diff, largest);
+        check(a.q8.size() == b.q8.size() && diff <= 1e-5 * std::max(1.0, largest), "the portable Q8 kernel agrees in both");
     } else {
         check(a.q8.size() == b.q8.size() && std::memcmp(a.q8.data(), b.q8.data(), a.q8.size() * sizeof(float)) == 0,
               "the level's Q8 kernel gives the same bits in both");
