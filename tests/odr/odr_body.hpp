@@ -17,8 +17,8 @@ static OdrRun odr_run(const std::filesystem::path& dir) {
     r.logits = model.logits(ids).values;
     // one Q8 matrix alone: the level's kernel, the same in both units
     std::vector<float> w(48 * 256), x(3 * 256);
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 37 % 101) - 50) / 50.0f;
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 13 % 29) - 14) / 7.0f;
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(static_cast<int>(i * 37 % 101) - 50) / 50.0f;
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i * 13 % 29) - 14) / 7.0f;
     constexpr std::int64_t N = 48, K = 256;
     const std::int64_t rb = quant::row_bytes(DType::Q8, K), nb = quant::blocks_per_row(K);
     std::vector<std::byte> codes(static_cast<std::size_t>(quant::panel_count(N) * quant::panel_bytes(DType::Q8, K)));
