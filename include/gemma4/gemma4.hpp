@@ -1,9 +1,12 @@
 // gemma4 — header-only C++20 inference for Google's Gemma 4 12B. The umbrella header: everything
 // but image-file decoding, which needs libpng/libjpeg (include <gemma4/multimodal/image.hpp> and
-// link gemma4::image for that).
+// link gemma4::image for that), and the writers of test fixtures (model/random_checkpoint.hpp,
+// tokenizer/tiny_tokenizer.hpp, io/safetensors_writer.hpp), which a program includes when it
+// makes its own test checkpoints.
 #pragma once
 
 #include <gemma4/config.hpp>
+#include <gemma4/version.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/generate/chat.hpp>
 #include <gemma4/generate/generation_config.hpp>
@@ -13,7 +16,7 @@
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/npy.hpp>
 #include <gemma4/io/safetensors.hpp>
-#include <gemma4/io/safetensors_writer.hpp>
+#include <gemma4/kernels/cpu.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/layers/attention.hpp>
 #include <gemma4/layers/decoder_layer.hpp>
@@ -27,12 +30,10 @@
 #include <gemma4/model/multimodal.hpp>
 #include <gemma4/model/prompt_cache.hpp>
 #include <gemma4/model/quantize.hpp>
-#include <gemma4/model/random_checkpoint.hpp>
 #include <gemma4/model/tensor_table.hpp>
 #include <gemma4/model/weights.hpp>
 #include <gemma4/multimodal/audio.hpp>
 #include <gemma4/multimodal/image_patches.hpp>
 #include <gemma4/multimodal/wav.hpp>
 #include <gemma4/tokenizer/streaming_decoder.hpp>
-#include <gemma4/tokenizer/tiny_tokenizer.hpp>
 #include <gemma4/tokenizer/tokenizer.hpp>
