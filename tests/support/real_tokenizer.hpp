@@ -10,6 +10,8 @@
 
 #include "support/skip.hpp"
 
+#include <gemma4/tokenizer/tokenizer.hpp>
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -47,6 +49,13 @@ inline std::filesystem::path real_tokenizer_file(const std::string& name) {
 
 inline std::filesystem::path real_tokenizer_json() { return real_tokenizer_file("tokenizer.json"); }
 inline std::filesystem::path real_tokenizer_config() { return real_tokenizer_file("tokenizer_config.json"); }
+
+/// The real tokenizer.json on its own, without the tokenizer_config.json that
+/// Tokenizer::from_file would take from beside it (whose instruction-tuned EOS is <end_of_turn>).
+inline Tokenizer real_tokenizer() {
+    const auto path = real_tokenizer_json();
+    return Tokenizer::from_json_text(detail::read_text_file(path), {}, path.string());
+}
 
 }  // namespace gemma4::test
 

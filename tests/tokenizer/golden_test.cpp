@@ -32,8 +32,7 @@ std::vector<GoldenCase> read_golden() {
 }
 
 const gemma4::Tokenizer& gemma3() {
-    static const gemma4::Tokenizer tokenizer =
-        gemma4::Tokenizer::from_file(gemma4::test::real_tokenizer_json());
+    static const gemma4::Tokenizer tokenizer = gemma4::test::real_tokenizer();
     return tokenizer;
 }
 

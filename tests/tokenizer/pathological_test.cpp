@@ -16,7 +16,7 @@ using gemma4::Tokenizer;
 namespace {
 
 const Tokenizer& gemma3() {
-    static const Tokenizer t = Tokenizer::from_file(gemma4::test::real_tokenizer_json());
+    static const Tokenizer t = gemma4::test::real_tokenizer();
     return t;
 }
 

@@ -19,7 +19,7 @@ namespace {
 const std::string kReplacement = "\xEF\xBF\xBD";
 
 const Tokenizer& gemma3() {
-    static const Tokenizer t = Tokenizer::from_file(gemma4::test::real_tokenizer_json());
+    static const Tokenizer t = gemma4::test::real_tokenizer();
     return t;
 }
 
