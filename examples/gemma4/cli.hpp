@@ -4,70 +4,115 @@
 
 #include <gemma4/error.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace gemma4::cli {
 
-/// `--name value` and `--flag` options after the subcommand. Unknown or unused options are
-/// errors, so typos never pass silently.
+/// One option of a command: `--name VALUE`, or `--name` alone when `value` is empty (a flag).
+/// Each command lists its options once, when it registers; the parser accepts only those and
+/// `gemma4 <command> --help` prints them.
+struct Option {
+    std::string name;     ///< without the leading "--"
+    std::string value;    ///< what the value is, shown in the help ("DIR", "N"); empty for a flag
+    std::string help;     ///< one line
+    unsigned traits = 0;  ///< kRequired, kRepeatable
+};
+inline constexpr unsigned kRequired = 1;    ///< read with Args::require (shown in the help)
+inline constexpr unsigned kRepeatable = 2;  ///< may be given several times, read with Args::get_all
+
+using Options = std::vector<Option>;
+
+inline Options operator+(Options a, const Options& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+/// `--threads N`, taken by every command that runs a model.
+inline Options threads_option() { return {{"threads", "N", "worker threads (default: one per core)"}}; }
+
+/// The options after the subcommand, checked against the command's declared `Options`: an
+/// undeclared option, a flag with a value, a missing value or a repeated option is an error, and
+/// so is a declared option that the command did not read (`finish`), so typos never pass
+/// silently. `--help` / `-h` anywhere among the options asks for the help instead (`help()`).
 class Args {
 public:
-    Args(std::string command, std::vector<std::string> argv) : command_(std::move(command)) {
+    Args(std::string command, Options options, std::vector<std::string> argv)
+        : command_(std::move(command)), options_(std::move(options)) {
+        std::optional<std::string> error;
+        auto fail = [&](std::string message) {
+            if (!error) error = command_ + ": " + std::move(message);
+        };
         for (std::size_t i = 0; i < argv.size(); ++i) {
             const std::string& a = argv[i];
-            if (a.rfind("--", 0) != 0 || a.size() < 3)
-                throw InvalidArgument(command_ + ": unexpected argument '" + a + "'");
+            if (a == "--help" || a == "-h") {
+                help_ = true;
+                continue;
+            }
+            if (!looks_like_option(a)) {
+                fail("unexpected argument '" + a + "'");
+                continue;
+            }
             const auto eq = a.find('=');
-            if (eq != std::string::npos) {
-                values_[a.substr(2, eq - 2)].push_back(a.substr(eq + 1));
-            } else if (i + 1 < argv.size() && !(argv[i + 1].rfind("--", 0) == 0 && argv[i + 1].size() > 2)) {
-                values_[a.substr(2)].push_back(argv[++i]);
+            const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+            const Option* o = find(name);
+            if (!o) {
+                fail("unknown option --" + name);
+                continue;
+            }
+            if (values_.count(name) && !(o->traits & kRepeatable)) fail("--" + name + " given more than once");
+            if (o->value.empty()) {
+                if (eq != std::string::npos) fail("--" + name + " takes no value");
+                values_[name].push_back({});
+            } else if (eq != std::string::npos) {
+                values_[name].push_back(a.substr(eq + 1));
+            } else if (i + 1 < argv.size() && !looks_like_option(argv[i + 1])) {
+                values_[name].push_back(argv[++i]);
             } else {
-                values_[a.substr(2)].push_back({});
-                flags_.insert({a.substr(2), true});
+                fail("--" + name + " needs a value");
             }
         }
+        if (error && !help_) throw InvalidArgument(*error);
     }
 
     const std::string& command() const { return command_; }
+    const Options& options() const { return options_; }
+
+    /// `--help` or `-h` was given: print `help_text` instead of running the command.
+    bool help() const { return help_; }
 
     bool flag(const std::string& name) {
-        used_.insert({name, true});
-        auto it = values_.find(name);
-        if (it == values_.end()) return false;
-        if (!flags_.count(name))
-            throw InvalidArgument(command_ + ": --" + name + " takes no value");
-        return true;
+        declared(name, "a flag", [](const Option& o) { return o.value.empty(); });
+        return values_.count(name) > 0;
     }
 
     std::optional<std::string> get(const std::string& name) {
-        used_.insert({name, true});
+        declared(name, "an option with a value", [](const Option& o) { return !o.value.empty(); });
         auto it = values_.find(name);
         if (it == values_.end()) return std::nullopt;
-        if (flags_.count(name)) throw InvalidArgument(command_ + ": --" + name + " needs a value");
-        if (it->second.size() > 1) throw InvalidArgument(command_ + ": --" + name + " given more than once");
         return it->second.front();
     }
 
     std::vector<std::string> get_all(const std::string& name) {
-        used_.insert({name, true});
+        declared(name, "a repeatable option", [](const Option& o) { return !o.value.empty() && (o.traits & kRepeatable); });
         auto it = values_.find(name);
-        if (it == values_.end()) return {};
-        if (flags_.count(name)) throw InvalidArgument(command_ + ": --" + name + " needs a value");
-        return it->second;
+        return it == values_.end() ? std::vector<std::string>{} : it->second;
     }
 
     std::string require(const std::string& name) {
-        auto v = get(name);
-        if (!v) throw InvalidArgument(command_ + ": missing --" + name);
-        return *v;
+        declared(name, "a required option", [](const Option& o) { return !o.value.empty() && (o.traits & kRequired); });
+        auto it = values_.find(name);
+        if (it == values_.end()) throw InvalidArgument(command_ + ": missing --" + name);
+        return it->second.front();
     }
 
     template <class T>
@@ -86,23 +131,43 @@ public:
         return value;
     }
 
-    /// Call after reading every option: anything left over is a typo or an unsupported option.
+    /// Call after reading every option: a declared option given but never read would be ignored.
     void finish() const {
         for (const auto& [name, v] : values_)
-            if (!used_.count(name)) throw InvalidArgument(command_ + ": unknown option --" + name);
+            if (!used_.count(name)) throw InvalidArgument(command_ + ": --" + name + " is not used here");
     }
 
 private:
+    static bool looks_like_option(const std::string& a) { return a.size() > 2 && a.rfind("--", 0) == 0; }
+
+    const Option* find(const std::string& name) const {
+        for (const Option& o : options_)
+            if (o.name == name) return &o;
+        return nullptr;
+    }
+
+    /// Reading an option the command does not declare (or as another kind) is a bug in the
+    /// program, not in the command line.
+    template <class Kind>
+    void declared(const std::string& name, const char* what, Kind is_kind) {
+        const Option* o = find(name);
+        if (!o || !is_kind(*o))
+            throw std::logic_error(command_ + ": --" + name + " is read as " + what + " but not declared as one");
+        used_.insert(name);
+    }
+
     std::string command_;
+    Options options_;
+    bool help_ = false;
     std::map<std::string, std::vector<std::string>> values_;
-    std::map<std::string, bool> flags_;
-    std::map<std::string, bool> used_;
+    std::set<std::string> used_;
 };
 
 using CommandFn = std::function<int(Args&)>;
 
 struct CommandInfo {
     std::string summary;
+    Options options;
     CommandFn run;
 };
 
@@ -111,12 +176,30 @@ inline std::map<std::string, CommandInfo>& registry() {
     return commands;
 }
 
-/// `static const Command reg{"name", "one-line summary", run};` in a commands/*.cpp file.
+/// `static const Command reg{"name", "one-line summary", {options...}, run};` in a
+/// commands/*.cpp file.
 struct Command {
-    Command(std::string name, std::string summary, CommandFn run) {
-        registry()[std::move(name)] = CommandInfo{std::move(summary), std::move(run)};
+    Command(std::string name, std::string summary, Options options, CommandFn run) {
+        registry()[std::move(name)] = CommandInfo{std::move(summary), std::move(options), std::move(run)};
     }
 };
+
+/// What `gemma4 <name> --help` prints: the summary and every declared option.
+inline std::string help_text(const std::string& name, const CommandInfo& info) {
+    std::vector<std::pair<std::string, std::string>> rows;
+    for (const Option& o : info.options) {
+        std::string notes;
+        if (o.traits & kRequired) notes += " (required)";
+        if (o.traits & kRepeatable) notes += " (repeatable)";
+        rows.push_back({"--" + o.name + (o.value.empty() ? "" : " " + o.value), o.help + notes});
+    }
+    rows.push_back({"-h, --help", "print this help"});
+    std::size_t width = 0;
+    for (const auto& row : rows) width = std::max(width, row.first.size());
+    std::string text = "usage: gemma4 " + name + " [options]\n\n" + info.summary + "\n\noptions:\n";
+    for (const auto& [left, right] : rows) text += "  " + left + std::string(width - left.size() + 2, ' ') + right + "\n";
+    return text;
+}
 
 /// Comma-separated decimal integers ("2,17,33").
 inline std::vector<std::int32_t> parse_id_list(std::string_view text, std::string_view what) {

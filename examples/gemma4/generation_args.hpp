@@ -15,6 +15,20 @@
 
 namespace gemma4::cli {
 
+/// The options `read_generate_options` reads.
+inline Options generation_options() {
+    return {
+        {"max-new-tokens", "N", "stop after N new tokens (default: generation_config.json's, else the library's)"},
+        {"temperature", "T", "sampling temperature; 0 = greedy (default: generation_config.json's, else 0)"},
+        {"top-k", "K", "sample among the K most likely tokens; 0 = off"},
+        {"top-p", "P", "sample among the most likely tokens holding probability mass P; 1 = off"},
+        {"min-p", "P", "drop tokens less likely than P times the most likely one; 0 = off"},
+        {"repetition-penalty", "R", "penalty on tokens already in the prompt or the reply; 1 = off"},
+        {"seed", "N", "seed of the sampler (same seed, same tokens)"},
+        {"stop", "TEXT", "end the reply before this text", kRepeatable},
+    };
+}
+
 /// Sampling from generation_config.json, then the command line on top.
 inline GenerateOptions read_generate_options(Args& args, const std::filesystem::path& model_dir, const Gemma4Config& config) {
     const GenerationConfig gc = load_generation_config(model_dir);

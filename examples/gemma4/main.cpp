@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: gemma4 <command> [options]\n\ncommands:\n");
         for (const auto& [name, info] : registry())
             std::fprintf(stderr, "  %-17s %s\n", name.c_str(), info.summary.c_str());
+        std::fprintf(stderr, "\n'gemma4 <command> --help' lists the command's options.\n");
     };
     if (argc < 2 || std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h") {
         usage();
@@ -36,7 +37,11 @@ int main(int argc, char** argv) {
         return 2;
     }
     try {
-        Args args(name, std::vector<std::string>(argv + 2, argv + argc));
+        Args args(name, it->second.options, std::vector<std::string>(argv + 2, argv + argc));
+        if (args.help()) {
+            std::fputs(help_text(name, it->second).c_str(), stdout);
+            return 0;
+        }
         return it->second.run(args);
     } catch (const gemma4::Error& e) {
         std::fprintf(stderr, "gemma4 %s: error: %s\n", name.c_str(), e.what());

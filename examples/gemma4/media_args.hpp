@@ -31,6 +31,15 @@ struct Media {
     }
 };
 
+/// The options `read_media_files` reads.
+inline Options media_file_options() {
+    return {
+        {"image", "FILE", "PNG or JPEG image for the next <|image|> of the prompt", kRepeatable},
+        {"audio", "FILE", "WAV file for the next <|audio|> of the prompt", kRepeatable},
+        {"max-soft-tokens", "N", "soft tokens per image: 70, 140, 280 (default), 560 or 1120"},
+    };
+}
+
 /// --image FILE (PNG/JPEG) and --audio FILE (WAV), repeatable; --max-soft-tokens per image.
 template <class T>
 Media<T> read_media_files(Args& args, const Gemma4Config& c) {
@@ -47,6 +56,15 @@ Media<T> read_media_files(Args& args, const Gemma4Config& c) {
         media.audios.push_back({std::vector<T>(f.values.begin(), f.values.end())});
     }
     return media;
+}
+
+/// The options `read_media_arrays` reads.
+inline Options media_array_options() {
+    return {
+        {"image-patches", "FILE", "float32 [N, patch values] .npy of one image (see preprocess-image)", kRepeatable},
+        {"image-positions", "FILE", "int32 [N, 2] .npy of the same image's patch positions", kRepeatable},
+        {"audio-frames", "FILE", "float32 [n, frame size] .npy of one audio clip (see preprocess-audio)", kRepeatable},
+    };
 }
 
 /// --image-patches P.npy --image-positions POS.npy (pairs, repeatable), --audio-frames F.npy.

@@ -1,5 +1,7 @@
 // The generated small tokenizer: format, special ids, round trips, and BPE against a naive
 // reference implementation.
+#include "support/real_tokenizer.hpp"
+
 #include <gemma4/tokenizer/tiny_tokenizer.hpp>
 #include <gemma4/tokenizer/tokenizer.hpp>
 
@@ -131,7 +133,9 @@ TEST_CASE("tiny tokenizer: BPE agrees with a naive reference", "[tokenizer][tiny
 }
 
 TEST_CASE("Gemma 3 tokenizer with a config that turns BOS off", "[tokenizer][config]") {
-    const std::string json = gemma4::detail::read_text_file(std::string(GEMMA4_SHARED_DIR) + "/tokenizer/gemma3-tokenizer.json");
+    GEMMA4_SKIP_WITHOUT_REAL_TOKENIZER();
+    GEMMA4_SKIP_IF_MISSING(gemma4::test::real_tokenizer_config(), gemma4::test::kRealTokenizerHint);
+    const std::string json = gemma4::detail::read_text_file(gemma4::test::real_tokenizer_json());
     gemma4::TokenizerConfig config;
     config.add_bos_token = false;
     const Tokenizer t = Tokenizer::from_json_text(json, config);
@@ -139,8 +143,7 @@ TEST_CASE("Gemma 3 tokenizer with a config that turns BOS off", "[tokenizer][con
     CHECK(t.encode("Hello world") == std::vector<std::int32_t>{9259, 1902});
     CHECK(t.encode("<bos>Hello world") == std::vector<std::int32_t>{2, 9259, 1902});
 
-    const auto from_file = Tokenizer::from_file(std::string(GEMMA4_SHARED_DIR) + "/tokenizer/gemma3-tokenizer.json",
-                                                std::string(GEMMA4_SHARED_DIR) + "/tokenizer/gemma3-tokenizer_config.json");
+    const auto from_file = Tokenizer::from_file(gemma4::test::real_tokenizer_json(), gemma4::test::real_tokenizer_config());
     CHECK(from_file.adds_bos());
     CHECK(from_file.encode("Hello world") == std::vector<std::int32_t>{2, 9259, 1902});
 }

@@ -275,9 +275,20 @@ int run(cli::Args& args) {
     return 0;
 }
 
-const cli::Command reg{"bench",
-                       "prefill/decode speed with random weights at the 12B shapes (--weights int8|int4|bf16, --batch B, "
-                       "--context N, --kv float|int8)",
+const cli::Command reg{"bench", "prefill/decode speed with random weights at the 12B shapes",
+                       cli::Options{
+                           {"weights", "int8|int4|bf16", "format of the generated weights", cli::kRequired},
+                           {"random-weights", "", "generate the weights in memory (the only mode; must be given)"},
+                           {"config", "NAME", "model shapes; only gemma-4-12b (the default)"},
+                           {"layers", "N", "decoder layers, 1 to 48 (default: 48)"},
+                           {"prompt-tokens", "N", "prompt length of each sequence (default: 128)"},
+                           {"gen-tokens", "N", "decode steps timed (default: 16)"},
+                           {"batch", "B", "sequences decoding together (default: 1)"},
+                           {"context", "N", "skip the prefill; time decoding after N random cached positions"},
+                           {"kv", "float|int8", "KV cache storage (default: float)"},
+                           {"bandwidth-mb", "MB", "buffer size of the read-bandwidth probe (default: 1536)"},
+                           {"json", "", "print one JSON object on stdout"},
+                       } + cli::threads_option(),
                        run};
 
 }  // namespace

@@ -56,6 +56,12 @@ int run(cli::Args& args) {
     return 0;
 }
 
-const cli::Command reg{"chat", "interactive chat (--system TEXT, --think), replies streamed", run};
+const cli::Command reg{"chat", "interactive chat, replies streamed (the KV cache is kept between turns)",
+                       cli::Options{
+                           {"model", "DIR", "checkpoint directory (config.json, *.safetensors, tokenizer.json)", cli::kRequired},
+                           {"system", "TEXT", "system prompt"},
+                           {"think", "", "let the model think before it answers"},
+                       } + cli::generation_options() + cli::media_file_options() + cli::threads_option(),
+                       run};
 
 }  // namespace

@@ -21,7 +21,7 @@ int run(cli::Args& args) {
     args.finish();
 
     if (!std::filesystem::exists(dir / "config.json")) {
-        cli::Args defaults("make-tiny", {});
+        cli::Args defaults("make-tiny", cli::registry().at("make-tiny").options, {});
         cli::make_tiny(defaults, dir.string());
     }
     std::fprintf(stderr, "model: %s (random weights: the text is noise, the pipeline is real)\n", dir.string().c_str());
@@ -42,6 +42,14 @@ int run(cli::Args& args) {
     return 0;
 }
 
-const cli::Command reg{"demo", "generate with a small self-made model (no download), streaming, with tok/s", run};
+const cli::Command reg{"demo", "generate with a small self-made model (no download), streaming, with tok/s",
+                       cli::Options{
+                           {"out", "DIR", "where the small model is written once (default: demo-model next to the program)"},
+                           {"prompt", "TEXT", "prompt (default: \"<bos>The quick brown fox\")"},
+                           {"max-new-tokens", "N", "stop after N new tokens (default: 48)"},
+                           {"temperature", "T", "sampling temperature; 0 = greedy (default: 0.8)"},
+                           {"seed", "N", "seed of the sampler (default: 1)"},
+                       } + cli::threads_option(),
+                       run};
 
 }  // namespace

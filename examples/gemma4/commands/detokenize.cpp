@@ -57,6 +57,12 @@ int run(gemma4::cli::Args& args) {
     return 0;
 }
 
-const gemma4::cli::Command reg{"detokenize", "token ids on stdin → text (--tokenizer FILE [--jsonl] [--skip-special])", run};
+const gemma4::cli::Command reg{"detokenize", "token ids (a JSON array) on stdin → text",
+                               {
+                                   {"tokenizer", "FILE", "tokenizer.json", gemma4::cli::kRequired},
+                                   {"jsonl", "", "one {\"ids\": [...]} per line in, one {\"text\": ...} per line out"},
+                                   {"skip-special", "", "leave out special tokens"},
+                               },
+                               run};
 
 }  // namespace

@@ -68,6 +68,14 @@ int run(cli::Args& args) {
     throw InvalidArgument("generate: --precision must be f32 or f64, got '" + precision + "'");
 }
 
-const cli::Command reg{"generate", "generate text from --prompt (or ids from --prompt-ids), streaming", run};
+const cli::Command reg{"generate", "generate text from --prompt (or ids from --prompt-ids), streaming",
+                       cli::Options{
+                           {"model", "DIR", "checkpoint directory (config.json, *.safetensors, tokenizer.json)", cli::kRequired},
+                           {"prompt", "TEXT", "prompt text, special tokens included (\"<bos><|turn>user\\n...\")"},
+                           {"prompt-ids", "IDS", "prompt as comma-separated token ids, instead of --prompt"},
+                           {"print-ids", "", "print the generated ids as a JSON array instead of text"},
+                           {"precision", "f32|f64", "arithmetic type (default: f32)"},
+                       } + cli::generation_options() + cli::media_file_options() + cli::threads_option(),
+                       run};
 
 }  // namespace

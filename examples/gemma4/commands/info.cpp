@@ -63,6 +63,7 @@ int run(cli::Args& args) {
     return 0;
 }
 
-const cli::Command reg{"info", "this machine's instruction-set level and the kernels chosen for it", run};
+const cli::Command reg{"info", "this machine's instruction-set level and the kernels chosen for it",
+                       cli::Options{{"json", "", "print one JSON object on stdout"}}, run};
 
 }  // namespace

@@ -116,6 +116,17 @@ int run(cli::Args& args) {
     throw InvalidArgument("logits: --precision must be f32 or f64, got '" + precision + "'");
 }
 
-const cli::Command reg{"logits", "final logits at every position as .npy (--dump-taps DIR: every node)", run};
+const cli::Command reg{"logits", "final logits at every position as .npy (--dump-taps DIR: every node)",
+                       cli::Options{
+                           {"model", "DIR", "checkpoint directory", cli::kRequired},
+                           {"tokens", "IDS", "comma-separated token ids (at least one --tokens; several run as one batch)", cli::kRepeatable},
+                           {"out", "FILE", "[T, vocab] .npy of the one sequence"},
+                           {"out-dir", "DIR", "one <i>.npy per sequence"},
+                           {"precision", "f32|f64", "arithmetic type (default: f32)"},
+                           {"weights", "FORMAT", "as-stored (default), bf16, int8 or int4: re-encode the weights at load"},
+                           {"chunk", "N", "feed each sequence N ids per step (default: all at once)"},
+                           {"dump-taps", "DIR", "also write every node's activations as DIR/<node>.npy"},
+                       } + cli::media_array_options() + cli::threads_option(),
+                       run};
 
 }  // namespace

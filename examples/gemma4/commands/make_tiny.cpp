@@ -87,6 +87,27 @@ namespace {
 
 int run(gemma4::cli::Args& args) { return gemma4::cli::make_tiny(args, args.require("out")); }
 
-const gemma4::cli::Command reg{"make-tiny", "write a random checkpoint of any shape (official layout)", run};
+const gemma4::cli::Command reg{"make-tiny", "write a random checkpoint of any shape (official layout)",
+                               {
+                                   {"out", "DIR", "where to write config.json, the shards and tokenizer.json", gemma4::cli::kRequired},
+                                   {"seed", "N", "seed of the random weights (default: 1)"},
+                                   {"dtype", "TYPE", "bf16 (default), f16, f32 or f64"},
+                                   {"shards", "N", "number of .safetensors shards (default: 1)"},
+                                   {"text-only", "", "text decoder only, in the text-only checkpoint layout"},
+                                   {"no-tokenizer", "", "write no tokenizer.json"},
+                                   {"vocab-size", "N", "vocabulary size (at least the small tokenizer's)"},
+                                   {"hidden-size", "N", "hidden size"},
+                                   {"intermediate-size", "N", "MLP intermediate size"},
+                                   {"layers", "N", "decoder layers, 1 to 256"},
+                                   {"layer-types", "LETTERS", "one letter per layer: s = sliding, f = full (e.g. sssssf)"},
+                                   {"heads", "N", "attention heads"},
+                                   {"kv-heads", "N", "key/value heads of the sliding layers"},
+                                   {"global-kv-heads", "N", "key/value heads of the full layers"},
+                                   {"head-dim", "N", "head size of the sliding layers"},
+                                   {"global-head-dim", "N", "head size of the full layers"},
+                                   {"sliding-window", "N", "sliding window length"},
+                                   {"max-positions", "N", "max_position_embeddings"},
+                               },
+                               run};
 
 }  // namespace

@@ -52,9 +52,28 @@ int preprocess_audio_command(gemma4::cli::Args& args) {
     return 0;
 }
 
-const gemma4::cli::Command image_command{"preprocess-image", "image file -> vision patches and positions as .npy",
-                                         preprocess_image_command};
-const gemma4::cli::Command audio_command{"preprocess-audio", "WAV file -> 16 kHz audio frames as .npy",
-                                         preprocess_audio_command};
+using gemma4::cli::kRequired;
+
+const gemma4::cli::Command image_command{
+    "preprocess-image", "image file -> vision patches and positions as .npy",
+    {
+        {"image", "FILE", "PNG or JPEG image", kRequired},
+        {"out-patches", "FILE", "float32 [N, patch values] .npy to write", kRequired},
+        {"out-positions", "FILE", "int32 [N, 2] .npy of patch positions to write", kRequired},
+        {"max-soft-tokens", "N", "soft tokens per image: 70, 140, 280 (default), 560 or 1120"},
+        {"patch-size", "N", "patch side in pixels (default: 16)"},
+        {"pooling-kernel-size", "N", "patches pooled per soft token, per side (default: 3)"},
+        {"ignore-exif-orientation", "", "do not rotate by the EXIF orientation tag"},
+        {"pil-resize", "", "resize with Pillow's bicubic instead of torchvision's"},
+    },
+    preprocess_image_command};
+const gemma4::cli::Command audio_command{
+    "preprocess-audio", "WAV file -> 16 kHz audio frames as .npy",
+    {
+        {"audio", "FILE", "WAV file", kRequired},
+        {"out-frames", "FILE", "float32 [n, frame size] .npy to write", kRequired},
+        {"frame-size", "N", "samples per frame (default: 640)"},
+    },
+    preprocess_audio_command};
 
 }  // namespace

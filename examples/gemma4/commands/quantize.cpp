@@ -32,6 +32,12 @@ int run(cli::Args& args) {
     return 0;
 }
 
-const cli::Command reg{"quantize", "write a checkpoint re-encoded as --weights int8|int4 to --out DIR", run};
+const cli::Command reg{"quantize", "write a checkpoint re-encoded as int8 or int4",
+                       {
+                           {"model", "DIR", "checkpoint directory to read", cli::kRequired},
+                           {"weights", "int8|int4", "format to write", cli::kRequired},
+                           {"out", "DIR", "directory to write", cli::kRequired},
+                       },
+                       run};
 
 }  // namespace

@@ -43,6 +43,12 @@ int run(gemma4::cli::Args& args) {
     return 0;
 }
 
-const gemma4::cli::Command reg{"tokenize", "text on stdin → token ids (--tokenizer FILE [--config FILE] [--jsonl])", run};
+const gemma4::cli::Command reg{"tokenize", "text on stdin → token ids as a JSON array",
+                               {
+                                   {"tokenizer", "FILE", "tokenizer.json", gemma4::cli::kRequired},
+                                   {"config", "FILE", "tokenizer_config.json (e.g. whether BOS is added)"},
+                                   {"jsonl", "", "one {\"text\": ...} per line in, one {\"ids\": [...]} per line out"},
+                               },
+                               run};
 
 }  // namespace
