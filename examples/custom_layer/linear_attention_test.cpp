@@ -6,6 +6,8 @@
 
 #include "linear_attention.hpp"
 
+#include <gemma4/model/random_checkpoint.hpp>
+
 #include <filesystem>
 #include <map>
 

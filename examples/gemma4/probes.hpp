@@ -163,7 +163,7 @@ auto at_active_level(F&& f) {
     switch (active_isa()) {
         case Isa::Amx:
         case Isa::Avx512: return f(level::Avx512{});
-        case Isa::Avx2: return cpu_features().avx_vnni ? f(level::AvxVnni{}) : f(level::Avx2{});
+        case Isa::Avx2: return isa_report().features.avx_vnni ? f(level::AvxVnni{}) : f(level::Avx2{});
         case Isa::Baseline: break;
     }
     return f(level::Baseline{});

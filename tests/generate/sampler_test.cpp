@@ -324,8 +324,19 @@ TEST_CASE("a full-size vocabulary with the checkpoint's defaults", "[sampler]") 
     Sampler sampler(
         {.temperature = 1.0, .top_k = 64, .top_p = 0.95, .seed = 1, .suppress_tokens = {258883, 258882}});
     for (int i = 0; i < 200; ++i) REQUIRE(top64.count(sampler.sample(logits)) == 1);
+    // top-p alone: every sample lies in the smallest set of best ids holding half the mass (a
+    // few hundred of the 262,144 at this spread of logits)
+    const auto p = softmax(logits);
+    std::set<std::int32_t> nucleus_ids;
+    double mass = 0;
+    for (std::int32_t id : ranked) {
+        if (mass >= 0.5) break;
+        nucleus_ids.insert(id);
+        mass += p[static_cast<std::size_t>(id)];
+    }
+    REQUIRE(nucleus_ids.size() < 262144 / 100);
     Sampler nucleus({.top_p = 0.5, .seed = 2});
-    for (int i = 0; i < 5; ++i) REQUIRE(nucleus.sample(logits) >= 0);
+    for (int i = 0; i < 200; ++i) REQUIRE(nucleus_ids.count(nucleus.sample(logits)) == 1);
 }
 
 TEST_CASE("invalid sampling parameters name the parameter", "[sampler]") {

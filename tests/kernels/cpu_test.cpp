@@ -85,6 +85,16 @@ TEST_CASE("a level the CPU lacks or an unknown GEMMA4_ISA is an error naming it"
     CHECK(message_of(amx_cpu(), "native") == "GEMMA4_ISA: unknown level 'native' (expected baseline, avx2, avx512 or amx)");
 }
 
+TEST_CASE("GEMMA4_AVXVNNI=0 takes AVX-VNNI from the kernels' features", "[kernels][cpu]") {
+    CpuFeatures f = avx2_cpu();
+    f.avx_vnni = true;
+    CHECK(detail::make_isa_report(f, nullptr, granted, nullptr).features.avx_vnni);
+    CHECK(detail::make_isa_report(f, nullptr, granted, "1").features.avx_vnni);
+    CHECK_FALSE(detail::make_isa_report(f, nullptr, granted, "0").features.avx_vnni);
+    CHECK(detail::quant_kernel_for(Isa::Avx2, detail::make_isa_report(f, nullptr, granted, "0").features) == detail::QuantKernel::Avx2);
+    CHECK_THROWS_WITH(detail::make_isa_report(f, nullptr, granted, "no"), "GEMMA4_AVXVNNI: expected 0 or 1, got 'no'");
+}
+
 TEST_CASE("AMX refused by the OS falls back to avx512 and says so", "[kernels][cpu]") {
     for (const char* cap : {static_cast<const char*>(nullptr), "amx"}) {
         const IsaReport r = detail::make_isa_report(amx_cpu(), cap, refused);
@@ -104,7 +114,7 @@ TEST_CASE("this process runs at the level its report names", "[kernels][cpu]") {
     CHECK(r.active <= r.cpu);
     CHECK(r.cpu == detail::level_of(cpu_features()));
     const KernelChoice k = active_kernels();
-    CHECK(k.quant == detail::quant_kernel_name(detail::quant_kernel_for(r.active, cpu_features())));
+    CHECK(k.quant == detail::quant_kernel_name(detail::quant_kernel_for(r.active, r.features)));
     if (r.active >= Isa::Avx512) CHECK(k.bf16 == "avx512");
     if (r.active == Isa::Avx2) CHECK(k.bf16 == "avx2");
     if (r.active == Isa::Baseline) CHECK(k.bf16.rfind("xsimd-", 0) == 0);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 
 #include "kernels/kernel_test_support.hpp"
 
@@ -100,11 +101,49 @@ TEST_CASE("logits quality of each weight format against the double path", "[form
 TEST_CASE("the double path dequantizes quantized weights exactly", "[formats]") {
     const auto dir = test::temp_dir("formats_double");
     write_random_checkpoint(dir, tiny_config(), {.seed = 6, .dtype = DType::BF16});
-    const Model<double> m = Model<double>::load(dir, ModelOptions{1}, LoadOptions{.format = WeightFormat::Int8});
-    CHECK(m.weights().layers[0].q_proj.dtype == DType::Q8);
-    CHECK(m.embed_scale() == 8.0);  // √64 rounded to the original bf16
-    const std::vector<std::int32_t> ids{1, 2, 3};
-    CHECK(m.logits(ids).rows == 3);
+    for (WeightFormat f : {WeightFormat::Int8, WeightFormat::Int4}) {
+        INFO(weight_format_name(f));
+        const Checkpoint q = load_checkpoint_as(dir, {.format = f});
+        // The same model with every quantized matrix replaced by its values, code · scale,
+        // computed here from the stored rows and held as f64.
+        Checkpoint exact = q;
+        ModelWeights qw = q.weights;
+        const auto mq = big_matrices(qw), me = big_matrices(exact.weights);
+        REQUIRE(mq.size() == me.size());
+        std::deque<std::vector<double>> values;
+        for (std::size_t i = 0; i < mq.size(); ++i) {
+            const WeightView& v = *mq[i];
+            REQUIRE(v.dtype == format_dtype(f));
+            const std::int64_t rows = v.rows(), cols = v.cols();
+            std::vector<std::byte> codes(static_cast<std::size_t>(quant::row_bytes(v.dtype, cols)));
+            std::vector<std::uint16_t> scales(static_cast<std::size_t>(quant::blocks_per_row(cols)));
+            auto& out = values.emplace_back(static_cast<std::size_t>(rows * cols));
+            for (std::int64_t r = 0; r < rows; ++r) {
+                v.quant_row(r, codes.data(), scales.data());
+                for (std::int64_t c = 0; c < cols; ++c)
+                    out[static_cast<std::size_t>(r * cols + c)] =
+                        static_cast<double>(quant::code_at(v.dtype, codes.data(), c)) * static_cast<double>(f16_to_float(scales[static_cast<std::size_t>(c / quant::kBlock)]));
+            }
+            WeightView& e = *me[i];
+            e.dtype = DType::F64;
+            e.data = reinterpret_cast<const std::byte*>(out.data());
+            e.size_bytes = out.size() * sizeof(double);
+            e.scales = nullptr;
+        }
+        const Model<double> quantized(q, ModelOptions{1}), reference(exact, ModelOptions{1});
+        CHECK(quantized.embed_scale() == 8.0);  // √64, rounded to the original bf16
+        const std::vector<std::int32_t> ids{1, 2, 3, 17, 5};
+        const auto a = quantized.logits(ids), b = reference.logits(ids);
+        REQUIRE(a.values.size() == b.values.size());
+        REQUIRE(a.rows == 5);
+        double worst = 0, largest = 0;
+        for (std::size_t i = 0; i < a.values.size(); ++i) {
+            worst = std::max(worst, std::fabs(a.values[i] - b.values[i]));
+            largest = std::max(largest, std::fabs(b.values[i]));
+        }
+        CHECK(largest > 0);
+        CHECK(worst <= 1e-12 * largest);
+    }
 }
 
 TEST_CASE("quantized checkpoints round-trip through save and mmap load", "[formats][io]") {

@@ -336,7 +336,7 @@ void same_bits(const TestWeight& w, const std::vector<float>& x, const Guarded& 
 
 TEST_CASE("the level's Q8/Q4 kernel is the one named for it", "[kernels][linear][isa]") {
     const Isa isa = active_isa();
-    const detail::QuantKernel k = detail::quant_kernel_for(isa, cpu_features());
+    const detail::QuantKernel k = detail::quant_kernel_for(isa, isa_report().features);
     CHECK(detail::quant_kernel_runs(k));
     CHECK(active_kernels().quant == detail::quant_kernel_name(k));
     if (isa == Isa::Baseline) CHECK(k == detail::QuantKernel::Portable);

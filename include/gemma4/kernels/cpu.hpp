@@ -10,6 +10,10 @@
 //   avx512    AVX-512 F/BW/VL/VNNI
 //   amx       AMX-INT8 tiles for passes of several tokens, AVX-512 VNNI for the rest
 //
+// GEMMA4_AVXVNNI=0 keeps the avx2 level's int8 products off AVX-VNNI (the kernel of AVX2 CPUs
+// without it: Haswell to Ice Lake clients, Zen 2 to Zen 4), to measure or test that kernel on a
+// CPU that has it.
+//
 // Asking for a level the CPU lacks is an error naming the missing features, never a SIGILL.
 // AMX also needs the OS to grant the tile state (Linux: arch_prctl, once per process); when it
 // refuses, the level falls back to avx512 and the report says why.
@@ -69,7 +73,7 @@ struct CpuFeatures {
 
 /// What was chosen, and why.
 struct IsaReport {
-    CpuFeatures features;
+    CpuFeatures features;        ///< as the kernels use them (AVX-VNNI off with GEMMA4_AVXVNNI=0)
     Isa cpu = Isa::Baseline;     ///< the highest level this CPU and OS support
     Isa active = Isa::Baseline;  ///< what the kernels run: cpu, capped by GEMMA4_ISA
     std::string cap;             ///< the value of GEMMA4_ISA ("" when unset)
@@ -159,13 +163,18 @@ inline bool request_amx_permission() {
 #endif
 }
 
-/// The report for features `f` and the value `cap` of GEMMA4_ISA (nullptr: unset). `grant_amx`
-/// asks the OS for the tile state. Throws InvalidArgument for an unknown value or a level the
-/// CPU lacks.
+/// The report for features `f`, the value `cap` of GEMMA4_ISA and `avx_vnni` of GEMMA4_AVXVNNI
+/// (nullptr: unset). `grant_amx` asks the OS for the tile state. Throws InvalidArgument for an
+/// unknown value or a level the CPU lacks.
 template <class GrantAmx>
-IsaReport make_isa_report(const CpuFeatures& f, const char* cap, GrantAmx grant_amx) {
+IsaReport make_isa_report(const CpuFeatures& f, const char* cap, GrantAmx grant_amx, const char* avx_vnni = nullptr) {
     IsaReport r;
     r.features = f;
+    if (avx_vnni && *avx_vnni) {
+        const std::string v = avx_vnni;
+        if (v != "0" && v != "1") throw InvalidArgument("GEMMA4_AVXVNNI: expected 0 or 1, got '" + v + "'");
+        if (v == "0") r.features.avx_vnni = false;
+    }
     r.cpu = level_of(f);
     r.active = r.cpu;
     if (cap && *cap) {
@@ -197,9 +206,8 @@ inline const CpuFeatures& cpu_features() {
 /// then). Throws InvalidArgument when GEMMA4_ISA is unknown or above what the CPU runs; every
 /// later call throws the same.
 inline const IsaReport& isa_report() {
-    static const IsaReport r = detail::make_isa_report(cpu_features(), std::getenv("GEMMA4_ISA"), [] {
-        return detail::request_amx_permission();
-    });
+    static const IsaReport r = detail::make_isa_report(
+        cpu_features(), std::getenv("GEMMA4_ISA"), [] { return detail::request_amx_permission(); }, std::getenv("GEMMA4_AVXVNNI"));
     return r;
 }
 

@@ -119,7 +119,7 @@ inline KernelChoice active_kernels() {
     // The baseline level runs xsimd at the architecture the translation unit was built for.
     const std::string generic = std::string("xsimd-") + xsimd::default_arch::name();
     const std::string vector = isa >= Isa::Avx512 ? "avx512" : isa == Isa::Avx2 ? "avx2" : generic;
-    return {std::string(detail::quant_kernel_name(detail::quant_kernel_for(isa, cpu_features()))), vector, vector};
+    return {std::string(detail::quant_kernel_name(detail::quant_kernel_for(isa, isa_report().features))), vector, vector};
 }
 
 /// One matrix of a shared-input linear call and where its outputs go.

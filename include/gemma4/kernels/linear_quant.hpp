@@ -126,7 +126,7 @@ inline bool quant_kernel_runs(QuantKernel k) {
     switch (k) {
         case QuantKernel::Portable: return true;
         case QuantKernel::Avx2: return active >= Isa::Avx2;
-        case QuantKernel::AvxVnni: return active >= Isa::Avx2 && cpu_features().avx_vnni;
+        case QuantKernel::AvxVnni: return active >= Isa::Avx2 && isa_report().features.avx_vnni;
         case QuantKernel::Avx512: return active >= Isa::Avx512;
         case QuantKernel::Amx: return active >= Isa::Amx;
     }
@@ -143,7 +143,7 @@ struct QuantTarget {
 /// and float x: x is quantized once, and the matrices' panels (or rows) form one parallel region.
 /// `kernel` must be one that quant_kernel_runs.
 inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float> x, std::int64_t tokens, ThreadPool& pool,
-                         QuantKernel kernel = quant_kernel_for(active_isa(), cpu_features())) {
+                         QuantKernel kernel = quant_kernel_for(active_isa(), isa_report().features)) {
     const WeightView& w0 = *targets.front().w;
     const std::int64_t K = w0.cols();
     for (const QuantTarget& t : targets)
@@ -220,7 +220,7 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
 
 /// y[t, n] = Σ_k x[t, k] · w[n, k] for Q8/Q4 w and float x.
 inline void linear_quant(const WeightView& w, Rows<const float> x, Rows<float> y, std::int64_t tokens, ThreadPool& pool,
-                         QuantKernel kernel = quant_kernel_for(active_isa(), cpu_features())) {
+                         QuantKernel kernel = quant_kernel_for(active_isa(), isa_report().features)) {
     const QuantTarget target{&w, y};
     linear_quant(std::span<const QuantTarget>(&target, 1), x, tokens, pool, kernel);
 }

@@ -102,6 +102,8 @@ struct LoadOptions {
     WeightFormat format = WeightFormat::AsStored;
     /// Progress of re-encoding at load (none when the checkpoint is already in `format`).
     QuantizeProgress progress{};
+    /// Threads that re-encode at load; 0: hardware concurrency (Model::load passes its own).
+    unsigned n_threads = 0;
 };
 
 namespace detail {

@@ -98,7 +98,10 @@ public:
         embed_scale_ = static_cast<T>(round_to_dtype(std::sqrt(static_cast<double>(c.hidden_size)), ck_.weights.embed_tokens.value_dtype()));
     }
 
+    /// Loads a checkpoint directory; re-encoding at load runs on options.n_threads threads
+    /// unless `load` names its own.
     static BasicModel load(const std::filesystem::path& dir, ModelOptions options = {}, LoadOptions load = {}) {
+        if (load.n_threads == 0) load.n_threads = options.n_threads;
         return BasicModel(load_checkpoint_as(dir, load), options);
     }
 

@@ -268,7 +268,7 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
 /// in that format is only mapped).
 inline Checkpoint load_checkpoint_as(const std::filesystem::path& dir, const LoadOptions& options = {}) {
     Checkpoint ck = load_checkpoint(dir, options);
-    quantize_weights(ck.weights, options.format, options.progress);
+    quantize_weights(ck.weights, options.format, options.progress, options.n_threads);
     return ck;
 }
 
