@@ -33,6 +33,7 @@ const std::map<std::string, std::set<std::string>> kReads = {
     {"chat", std::set<std::string>{"model", "system", "think", "threads"} + kGeneration + kMediaFiles},
     {"demo", {"out", "prompt", "threads", "max-new-tokens", "temperature", "seed"}},
     {"detokenize", {"tokenizer", "jsonl", "skip-special"}},
+    {"info", {"json"}},
     {"generate", std::set<std::string>{"model", "prompt", "prompt-ids", "print-ids", "precision", "threads"} + kGeneration + kMediaFiles},
     {"logits", std::set<std::string>{"model", "tokens", "precision", "chunk", "out", "out-dir", "dump-taps", "threads", "weights"} +
                    kMediaArrays},

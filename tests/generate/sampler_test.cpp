@@ -325,7 +325,7 @@ TEST_CASE("a full-size vocabulary with the checkpoint's defaults", "[sampler]") 
         {.temperature = 1.0, .top_k = 64, .top_p = 0.95, .seed = 1, .suppress_tokens = {258883, 258882}});
     for (int i = 0; i < 200; ++i) REQUIRE(top64.count(sampler.sample(logits)) == 1);
     // top-p alone: every sample lies in the smallest set of best ids holding half the mass (a
-    // few hundred of the 262,144 at this spread of logits)
+    // about 11,000 of the 262,144 at this spread of logits)
     const auto p = softmax(logits);
     std::set<std::int32_t> nucleus_ids;
     double mass = 0;
@@ -334,7 +334,7 @@ TEST_CASE("a full-size vocabulary with the checkpoint's defaults", "[sampler]") 
         nucleus_ids.insert(id);
         mass += p[static_cast<std::size_t>(id)];
     }
-    REQUIRE(nucleus_ids.size() < 262144 / 100);
+    REQUIRE(nucleus_ids.size() < 262144 / 10);
     Sampler nucleus({.top_p = 0.5, .seed = 2});
     for (int i = 0; i < 200; ++i) REQUIRE(nucleus_ids.count(nucleus.sample(logits)) == 1);
 }
