@@ -193,7 +193,8 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
         shape_group_acts(a, ga);
         if (amx) tiles.resize(static_cast<std::size_t>((tokens + G - 1) / G * a.blocks * G * quant::kBlock));
         prepare([&](std::int64_t t0, std::int64_t t1) {
-            quantize_activations(x, t0, t1, a);
+            if (kernel == QuantKernel::Avx2 || kernel == QuantKernel::AvxVnni) quantize_activations(x, t0, t1, a, avx2::quantize_row);
+            else quantize_activations(x, t0, t1, a, avx512::quantize_row);
             if (t0 < vnni_from) amx::PanelAmx::group_tiles(a, t0, std::min(t1, vnni_from), tiles);
             if (t1 > vnni_from) group_acts(a, offset, std::max(t0, vnni_from), t1, ga);
         });

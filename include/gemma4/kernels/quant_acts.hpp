@@ -41,30 +41,44 @@ inline void shape_activations(std::int64_t tokens, std::int64_t cols, QuantActs&
     a.sum.resize(static_cast<std::size_t>(tokens * a.blocks));
 }
 
-/// Quantizes tokens [t0, t1) of x into `a` (shaped by shape_activations).
-inline void quantize_activations(Rows<const float> x, std::int64_t t0, std::int64_t t1, QuantActs& a) {
-    const std::int64_t cols = a.cols;
-    for (std::int64_t t = t0; t < t1; ++t) {
-        const float* xr = x.row(t);
-        std::int8_t* q = a.q.data() + t * a.padded;
-        for (std::int64_t b = 0; b < a.blocks; ++b) {
-            const std::int64_t i0 = b * quant::kBlock, i1 = std::min(cols, i0 + quant::kBlock);
-            float amax = 0;
-            for (std::int64_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(xr[i]));
-            const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-            std::int32_t s = 0;
-            // |x·inv| ≤ 127 up to rounding, so the clamp only guards the last ulp
-            for (std::int64_t i = i0; i < i1; ++i) {
-                const float r = std::nearbyint(std::min(127.0f, std::max(-127.0f, xr[i] * inv)));
-                const auto v = static_cast<std::int8_t>(static_cast<int>(r));
-                q[i] = v;
-                s += v;
-            }
-            for (std::int64_t i = i1; i < i0 + quant::kBlock; ++i) q[i] = 0;
-            a.scale[static_cast<std::size_t>(t * a.blocks + b)] = d;
-            a.sum[static_cast<std::size_t>(t * a.blocks + b)] = s;
-        }
+/// One block of n ≤ kBlock activations to int8 codes (the rest of the kBlock zero): scale
+/// max|x|/127, codes round(x · 127/max|x|); returns the scale, `sum` gets Σ codes. The vector
+/// levels' quantize_row give the same bits for whole blocks.
+inline float quantize_block(const float* x, std::int64_t n, std::int8_t* q, std::int32_t& sum) {
+    float amax = 0;
+    for (std::int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+    std::int32_t s = 0;
+    // |x·inv| ≤ 127 up to rounding, so the clamp only guards the last ulp
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float r = std::nearbyint(std::min(127.0f, std::max(-127.0f, x[i] * inv)));
+        const auto v = static_cast<std::int8_t>(static_cast<int>(r));
+        q[i] = v;
+        s += v;
     }
+    for (std::int64_t i = n; i < quant::kBlock; ++i) q[i] = 0;
+    sum = s;
+    return d;
+}
+
+/// A row of `cols` activations into `blocks` blocks of codes, scales and sums.
+inline void quantize_row_portable(const float* x, std::int64_t cols, std::int64_t blocks, std::int8_t* q, float* scale, std::int32_t* sum) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
+        const std::int64_t i0 = b * quant::kBlock;
+        scale[b] = quantize_block(x + i0, std::clamp<std::int64_t>(cols - i0, 0, quant::kBlock), q + i0, sum[b]);
+    }
+}
+
+/// Quantizes tokens [t0, t1) of x into `a` (shaped by shape_activations), a row at a time with
+/// `row` (quantize_row_portable or a vector level's quantize_row: the same bits).
+template <class RowFn>
+inline void quantize_activations(Rows<const float> x, std::int64_t t0, std::int64_t t1, QuantActs& a, RowFn row) {
+    for (std::int64_t t = t0; t < t1; ++t)
+        row(x.row(t), a.cols, a.blocks, a.q.data() + t * a.padded, a.scale.data() + t * a.blocks, a.sum.data() + t * a.blocks);
+}
+
+inline void quantize_activations(Rows<const float> x, std::int64_t t0, std::int64_t t1, QuantActs& a) {
+    quantize_activations(x, t0, t1, a, quantize_row_portable);
 }
 
 /// Tokens per group in the panel kernels' activation layout: a pass over a panel serves up to

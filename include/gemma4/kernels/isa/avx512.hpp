@@ -109,6 +109,31 @@ struct PanelVnni {
 };
 
 
+/// quantize_row_portable (kernels/quant_acts.hpp) with whole blocks in registers: the same bits.
+inline void quantize_row(const float* x, std::int64_t cols, std::int64_t blocks, std::int8_t* q, float* scale, std::int32_t* sum) {
+    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    for (std::int64_t b = 0; b < blocks; ++b) {
+        const std::int64_t i0 = b * quant::kBlock;
+        if (cols - i0 < quant::kBlock) {
+            scale[b] = quantize_block(x + i0, std::max<std::int64_t>(cols - i0, 0), q + i0, sum[b]);
+            continue;
+        }
+        const __m512 x0 = _mm512_loadu_ps(x + i0), x1 = _mm512_loadu_ps(x + i0 + 16);
+        // max(|x|, running): a NaN keeps the running value, as std::max does
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x1, abs_mask), _mm512_and_ps(x0, abs_mask)));
+        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        const __m512 vi = _mm512_set1_ps(inv);
+        // rounding to nearest even, as nearbyint in the default rounding mode
+        const __m512i c0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x0, vi), lo), hi));
+        const __m512i c1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x1, vi), lo), hi));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i0), _mm512_cvtsepi32_epi8(c0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i0 + 16), _mm512_cvtsepi32_epi8(c1));
+        scale[b] = amax / 127.0f;
+        sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1));
+    }
+}
+
 /// Panels [p0, p1) of w for all tokens of `a` (their activations in `ga`, offset as above).
 inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
     constexpr int P = PanelVnni::P, G = PanelVnni::G;

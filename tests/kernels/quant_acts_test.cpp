@@ -1,0 +1,92 @@
+// kernels/quant_acts.hpp: activations to int8 per block, and the vector levels' quantize_row
+// against the portable one, bit for bit.
+#include <catch2/catch.hpp>
+
+#include <gemma4/kernels/linear_quant.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernel_test_support.hpp"
+#include "support/skip.hpp"
+
+using namespace gemma4;
+
+namespace {
+
+struct Quantized {
+    std::vector<std::int8_t> q;
+    std::vector<float> scale;
+    std::vector<std::int32_t> sum;
+};
+
+template <class RowFn>
+Quantized quantize(const std::vector<float>& x, RowFn row) {
+    const auto cols = static_cast<std::int64_t>(x.size()), blocks = quant::blocks_per_row(cols);
+    Quantized out{std::vector<std::int8_t>(static_cast<std::size_t>(blocks * quant::kBlock), 99), std::vector<float>(static_cast<std::size_t>(blocks)),
+                  std::vector<std::int32_t>(static_cast<std::size_t>(blocks))};
+    row(x.data(), cols, blocks, out.q.data(), out.scale.data(), out.sum.data());
+    return out;
+}
+
+/// Rows that reach every branch: random values, exact halves after scaling (ties to even), an
+/// all-zero block, one huge value, denormals, and a partial last block.
+std::vector<std::vector<float>> test_rows() {
+    std::vector<std::vector<float>> rows;
+    test::Rng rng{42};
+    for (std::int64_t cols : {32, 96, 128, 200, 3840, 31, 33}) {
+        std::vector<float> x(static_cast<std::size_t>(cols));
+        for (auto& v : x) v = static_cast<float>(rng.uniform() * 3.0);
+        rows.push_back(x);
+    }
+    std::vector<float> ties(64);
+    for (std::size_t i = 0; i < ties.size(); ++i) ties[i] = static_cast<float>(i % 32) - 15.5f;
+    ties[0] = 127.0f;  // scale 1: every other value is an exact half
+    rows.push_back(ties);
+    std::vector<float> zeros(64, 0.0f);
+    zeros[40] = -1e30f;
+    zeros[41] = 1e-40f;
+    rows.push_back(zeros);
+    return rows;
+}
+
+}  // namespace
+
+TEST_CASE("a block of activations: scale max|x|/127, codes rounded to nearest, sum of codes", "[kernels][quant]") {
+    const float x[5] = {1.0f, -2.0f, 0.5f, 127.0f / 254.0f * 2.0f, 0.0f};
+    std::int8_t q[quant::kBlock];
+    std::int32_t sum = 0;
+    const float d = detail::quantize_block(x, 5, q, sum);
+    CHECK(d == 2.0f / 127.0f);
+    // x · 127/2: 63.5 → 64 (ties to even), −127, 31.75 → 32, 63.5 → 64, 0
+    CHECK(q[0] == 64);
+    CHECK(q[1] == -127);
+    CHECK(q[2] == 32);
+    CHECK(q[3] == 64);
+    CHECK(q[4] == 0);
+    for (int i = 5; i < quant::kBlock; ++i) CHECK(q[i] == 0);
+    CHECK(sum == 64 - 127 + 32 + 64);
+    const float zero[3] = {0, 0, 0};
+    CHECK(detail::quantize_block(zero, 3, q, sum) == 0.0f);
+    CHECK(sum == 0);
+}
+
+TEST_CASE("every vector level quantizes activations as the portable code, bit for bit", "[kernels][quant][isa]") {
+    bool ran = false;
+    for (const auto& x : test_rows()) {
+        INFO("cols " << x.size());
+        const Quantized want = quantize(x, detail::quantize_row_portable);
+        auto same = [&](const Quantized& got) {
+            CHECK(got.q == want.q);
+            CHECK(std::memcmp(got.scale.data(), want.scale.data(), want.scale.size() * sizeof(float)) == 0);
+            CHECK(got.sum == want.sum);
+        };
+        if (active_isa() >= Isa::Avx2) {
+            same(quantize(x, detail::avx2::quantize_row));
+            ran = true;
+        }
+        if (active_isa() >= Isa::Avx512) same(quantize(x, detail::avx512::quantize_row));
+    }
+    if (!ran) GEMMA4_SKIP("no vector level runs at level " << isa_name(active_isa()));
+}
