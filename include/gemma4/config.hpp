@@ -157,13 +157,6 @@ struct Gemma4Config {
         for (std::int64_t i = 0; i < num_hidden_layers; ++i) n += layer_kind(i) == kind;
         return n;
     }
-
-    /// sqrt(hidden_size) without <cmath> (constexpr); the runtime scale is rounded per dtype.
-    constexpr double embed_scale_exact() const {
-        double x = static_cast<double>(hidden_size), r = x > 1 ? x / 2 : 1.0;
-        for (int i = 0; i < 100; ++i) r = 0.5 * (r + x / r);
-        return r;
-    }
 };
 
 /// The published google/gemma-4-12B configuration.

@@ -74,7 +74,6 @@ std::set<std::string> listed_options(const std::string& help) {
     return names;
 }
 
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
 }  // namespace
 
@@ -133,6 +132,6 @@ TEST_CASE("options a command does not declare are errors that name them", "[cli]
         const auto r = run_cli(args);
         CHECK(r.status == 1);
         CHECK(r.err.find(message) != std::string::npos);
-        CHECK(lines(r.err) == 1);
+        CHECK(gemma4::test::line_count(r.err) == 1);
     }
 }

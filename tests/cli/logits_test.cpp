@@ -11,10 +11,6 @@
 using namespace gemma4;
 using test::run_cli;
 
-namespace {
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
-}  // namespace
-
 TEST_CASE("logits writes [T, vocab] .npy equal to the library's forward pass", "[cli][logits]") {
     const auto dir = test::temp_dir("cli_logits");
     REQUIRE(run_cli("make-tiny --no-tokenizer --out " + (dir / "m").string() + " --seed 5 --shards 2").status == 0);
@@ -77,12 +73,12 @@ TEST_CASE("logits errors: one line on stderr, exit status in 1..127", "[cli][err
         CHECK(r.status >= 1);
         CHECK(r.status <= 127);
         CHECK(r.err.find(message) != std::string::npos);
-        if (args != "nonsense") CHECK(lines(r.err) == 1);
+        if (args != "nonsense") CHECK(gemma4::test::line_count(r.err) == 1);
     }
     // A truncated shard.
     std::filesystem::resize_file(dir / "m" / "model.safetensors", 100);
     const auto r = run_cli("logits --tokens 2" + m);
     CHECK(r.status == 1);
     CHECK(r.err.find("model.safetensors") != std::string::npos);
-    CHECK(lines(r.err) == 1);
+    CHECK(gemma4::test::line_count(r.err) == 1);
 }

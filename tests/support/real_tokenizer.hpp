@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gemma4::test {
@@ -55,6 +56,28 @@ inline std::filesystem::path real_tokenizer_config() { return real_tokenizer_fil
 inline Tokenizer real_tokenizer() {
     const auto path = real_tokenizer_json();
     return Tokenizer::from_json_text(detail::read_text_file(path), {}, path.string());
+}
+
+/// One real tokenizer per test program, loaded on first use (33 MB of JSON: load it once).
+inline const Tokenizer& shared_real_tokenizer() {
+    static const Tokenizer tokenizer = real_tokenizer();
+    return tokenizer;
+}
+
+/// What decoding gives back for `s`: a literal "▁" (the metaspace) decodes as a space, every
+/// other character unchanged.
+inline std::string metaspace_as_space(std::string_view s) {
+    const std::string_view metaspace = "\xE2\x96\x81";
+    std::string out;
+    for (std::size_t i = 0; i < s.size();) {
+        if (s.substr(i, metaspace.size()) == metaspace) {
+            out.push_back(' ');
+            i += metaspace.size();
+        } else {
+            out.push_back(s[i++]);
+        }
+    }
+    return out;
 }
 
 }  // namespace gemma4::test

@@ -1,6 +1,7 @@
 // Runs the built `gemma4` program and captures its exit status, stdout and stderr.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -42,5 +43,8 @@ inline CliResult run_cli(const std::string& args, const std::string& stdin_text 
     std::filesystem::remove(err);
     return r;
 }
+
+/// Lines in `s` (newline characters): an error is reported on one line.
+inline int line_count(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
 }  // namespace gemma4::test

@@ -31,25 +31,6 @@ std::vector<GoldenCase> read_golden() {
     return cases;
 }
 
-const gemma4::Tokenizer& gemma3() {
-    static const gemma4::Tokenizer tokenizer = gemma4::test::real_tokenizer();
-    return tokenizer;
-}
-
-// A literal "▁" in the text decodes as a space; every other character comes back unchanged.
-std::string metaspace_as_space(std::string_view s) {
-    const std::string_view metaspace = "\xE2\x96\x81";
-    std::string out;
-    for (std::size_t i = 0; i < s.size();) {
-        if (s.substr(i, metaspace.size()) == metaspace) {
-            out.push_back(' ');
-            i += metaspace.size();
-        } else {
-            out.push_back(s[i++]);
-        }
-    }
-    return out;
-}
 
 }  // namespace
 
@@ -60,7 +41,7 @@ TEST_CASE("Gemma 3 tokenizer.json: every golden case encodes to the reference id
     std::size_t matches = 0;
     for (const GoldenCase& c : cases) {
         INFO("text: " << c.text);
-        const auto ids = gemma3().encode(c.text);
+        const auto ids = gemma4::test::shared_real_tokenizer().encode(c.text);
         CHECK(ids == c.ids);
         matches += ids == c.ids;
     }
@@ -71,18 +52,18 @@ TEST_CASE("Gemma 3 tokenizer.json: decode(encode(x)) gives x back", "[tokenizer]
     GEMMA4_SKIP_WITHOUT_REAL_TOKENIZER();
     for (const GoldenCase& c : read_golden()) {
         INFO("text: " << c.text);
-        const auto ids = gemma3().encode(c.text, /*add_special=*/false);
-        CHECK(gemma3().decode(ids) == metaspace_as_space(c.text));
+        const auto ids = gemma4::test::shared_real_tokenizer().encode(c.text, /*add_special=*/false);
+        CHECK(gemma4::test::shared_real_tokenizer().decode(ids) == gemma4::test::metaspace_as_space(c.text));
         // The reference ids start with BOS, which only skip_special leaves out.
         const auto without_bos = std::vector<std::int32_t>(c.ids.begin() + 1, c.ids.end());
-        CHECK(gemma3().decode(c.ids) == "<bos>" + metaspace_as_space(c.text));
-        CHECK(gemma3().decode(without_bos) == metaspace_as_space(c.text));
+        CHECK(gemma4::test::shared_real_tokenizer().decode(c.ids) == "<bos>" + gemma4::test::metaspace_as_space(c.text));
+        CHECK(gemma4::test::shared_real_tokenizer().decode(without_bos) == gemma4::test::metaspace_as_space(c.text));
     }
 }
 
 TEST_CASE("Gemma 3 tokenizer.json: lookups", "[tokenizer][golden]") {
     GEMMA4_SKIP_WITHOUT_REAL_TOKENIZER();
-    const auto& t = gemma3();
+    const auto& t = gemma4::test::shared_real_tokenizer();
     CHECK(t.vocab_size() == 262145);
     CHECK(t.bos_id() == 2);
     CHECK(t.eos_id() == 1);

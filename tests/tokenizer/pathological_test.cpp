@@ -15,28 +15,10 @@ using gemma4::Tokenizer;
 
 namespace {
 
-const Tokenizer& gemma3() {
-    static const Tokenizer t = gemma4::test::real_tokenizer();
-    return t;
-}
-
-std::string metaspace_as_space(std::string_view s) {
-    std::string out;
-    for (std::size_t i = 0; i < s.size();) {
-        if (s.substr(i, 3) == "\xE2\x96\x81") {
-            out.push_back(' ');
-            i += 3;
-        } else {
-            out.push_back(s[i++]);
-        }
-    }
-    return out;
-}
-
 void check_round_trip(const std::string& text) {
-    const auto ids = gemma3().encode(text, false);
+    const auto ids = gemma4::test::shared_real_tokenizer().encode(text, false);
     CHECK_FALSE(ids.empty());
-    CHECK(gemma3().decode(ids) == metaspace_as_space(text));
+    CHECK(gemma4::test::shared_real_tokenizer().decode(ids) == gemma4::test::metaspace_as_space(text));
 }
 
 }  // namespace
@@ -44,8 +26,8 @@ void check_round_trip(const std::string& text) {
 TEST_CASE("pathological: a 100 KB word without spaces", "[tokenizer][pathological]") {
     GEMMA4_SKIP_WITHOUT_REAL_TOKENIZER();
     const std::string same(100'000, 'x');
-    const auto ids = gemma3().encode(same, false);
-    CHECK(gemma3().decode(ids) == same);
+    const auto ids = gemma4::test::shared_real_tokenizer().encode(same, false);
+    CHECK(gemma4::test::shared_real_tokenizer().decode(ids) == same);
     CHECK(ids.size() < same.size() / 4);
 
     std::mt19937 rng(1);
@@ -68,7 +50,7 @@ TEST_CASE("pathological: long runs of spaces, newlines and tabs", "[tokenizer][p
     for (int i = 0; i < 20'000; ++i) alternating += i % 2 ? " \n" : "a ";
     check_round_trip(alternating);
     // Thirty-one newlines is the longest added token; a longer run is several of them.
-    const auto ids = gemma3().encode(std::string(62, '\n'), false);
+    const auto ids = gemma4::test::shared_real_tokenizer().encode(std::string(62, '\n'), false);
     CHECK(ids.size() == 2);
     CHECK(ids[0] == ids[1]);
 }
@@ -77,17 +59,17 @@ TEST_CASE("pathological: many added tokens and near misses", "[tokenizer][pathol
     GEMMA4_SKIP_WITHOUT_REAL_TOKENIZER();
     std::string text;
     for (int i = 0; i < 20'000; ++i) text += i % 3 ? "<start_of_turn>" : "<start_of_tur";
-    const auto ids = gemma3().encode(text, false);
-    CHECK(gemma3().decode(ids) == text);
+    const auto ids = gemma4::test::shared_real_tokenizer().encode(text, false);
+    CHECK(gemma4::test::shared_real_tokenizer().decode(ids) == text);
     CHECK(std::count(ids.begin(), ids.end(), 105) > 13'000);
 }
 
 TEST_CASE("added tokens inside words are still found", "[tokenizer]") {
     GEMMA4_SKIP_WITHOUT_REAL_TOKENIZER();
-    const auto ids = gemma3().encode("abc<start_of_turn>def", false);
+    const auto ids = gemma4::test::shared_real_tokenizer().encode("abc<start_of_turn>def", false);
     REQUIRE(std::count(ids.begin(), ids.end(), 105) == 1);
-    CHECK(gemma3().decode(ids) == "abc<start_of_turn>def");
-    const auto html = gemma3().encode("x<b>bold</b>y", false);
-    CHECK(gemma3().decode(html) == "x<b>bold</b>y");
-    CHECK(gemma3().decode(html, true) == "x<b>bold</b>y");  // HTML tags are added but not special
+    CHECK(gemma4::test::shared_real_tokenizer().decode(ids) == "abc<start_of_turn>def");
+    const auto html = gemma4::test::shared_real_tokenizer().encode("x<b>bold</b>y", false);
+    CHECK(gemma4::test::shared_real_tokenizer().decode(html) == "x<b>bold</b>y");
+    CHECK(gemma4::test::shared_real_tokenizer().decode(html, true) == "x<b>bold</b>y");  // HTML tags are added but not special
 }

@@ -18,11 +18,6 @@ namespace {
 
 const std::string kReplacement = "\xEF\xBF\xBD";
 
-const Tokenizer& gemma3() {
-    static const Tokenizer t = gemma4::test::real_tokenizer();
-    return t;
-}
-
 struct Tiny {
     gemma4::TinyTokenizerInfo info;
     Tokenizer tokenizer;
@@ -79,7 +74,7 @@ TEST_CASE("streaming: mixed text, CJK and emoji equal the batch decode at every 
 
 TEST_CASE("streaming: mixed text, CJK and emoji equal the batch decode at every step (Gemma 3 tokenizer)", "[tokenizer][streaming]") {
     GEMMA4_SKIP_WITHOUT_REAL_TOKENIZER();
-    check_streams_like_batch(gemma3(), kMixedText);
+    check_streams_like_batch(gemma4::test::shared_real_tokenizer(), kMixedText);
 }
 
 TEST_CASE("streaming: golden texts stream to the same text as batch decode", "[tokenizer][streaming]") {
@@ -88,12 +83,12 @@ TEST_CASE("streaming: golden texts stream to the same text as batch decode", "[t
                                             "<start_of_turn>user\nhi<end_of_turn>", "ℝ∑∫ √2 ≈ 1.414"};
     for (const std::string& text : texts) {
         for (const bool skip : {false, true}) {
-            const auto ids = gemma3().encode(text);
-            StreamingDecoder stream(gemma3(), skip);
+            const auto ids = gemma4::test::shared_real_tokenizer().encode(text);
+            StreamingDecoder stream(gemma4::test::shared_real_tokenizer(), skip);
             std::string streamed;
             for (const std::int32_t id : ids) streamed += stream.push(id);
             streamed += stream.finish();
-            CHECK(streamed == gemma3().decode(ids, skip));
+            CHECK(streamed == gemma4::test::shared_real_tokenizer().decode(ids, skip));
         }
     }
 }

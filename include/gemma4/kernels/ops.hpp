@@ -93,18 +93,4 @@ inline void scaled_residual_add(T* x, const T* h, T s, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) x[i] = s * (x[i] + h[i]);
 }
 
-/// In-place softmax over n scores, max-subtracted.
-template <class T>
-inline void softmax(T* s, std::int64_t n) {
-    T m = s[0];
-    for (std::int64_t i = 1; i < n; ++i) m = s[i] > m ? s[i] : m;
-    T sum = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-        s[i] = std::exp(s[i] - m);
-        sum += s[i];
-    }
-    const T inv = T(1) / sum;
-    for (std::int64_t i = 0; i < n; ++i) s[i] *= inv;
-}
-
 }  // namespace gemma4::kernels

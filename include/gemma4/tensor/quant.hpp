@@ -61,7 +61,6 @@ constexpr std::int64_t blocks_per_row(std::int64_t cols) { return padded_cols(co
 constexpr std::int64_t row_bytes(DType t, std::int64_t cols) {
     return t == DType::Q4 ? padded_cols(cols) / 2 : padded_cols(cols);
 }
-constexpr std::int64_t scale_row_bytes(std::int64_t cols) { return blocks_per_row(cols) * 2; }
 constexpr int max_code(DType t) { return t == DType::Q4 ? kQ4Max : kQ8Max; }
 
 /// The f16 scale of a block whose largest magnitude is `amax`, saturated to the f16 range.

@@ -108,8 +108,6 @@ public:
     }
 
     std::size_t size() const { return count_; }
-    /// One past the largest id.
-    std::size_t id_limit() const { return spans_.size(); }
 
 private:
     struct Span {
