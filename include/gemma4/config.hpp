@@ -33,6 +33,9 @@ struct VisionConfig {
     std::int64_t patch_size = 16;
     std::int64_t pooling_kernel_size = 3;
     std::int64_t mm_posemb_size = 1120;
+    /// Width of the embedder (patch_dense, the norms, the position table) before its projection
+    /// to the text hidden size; 0 means the text hidden size, as in the 12B (spec §4.2).
+    std::int64_t mm_embed_dim = 0;
     double rms_norm_eps = 1e-6;
     double layer_norm_eps = 1e-5;
 
@@ -152,6 +155,9 @@ struct Gemma4Config {
         return static_cast<std::int64_t>(r.partial_rotary_factor * static_cast<double>(d) / 2.0);
     }
 
+    /// The vision embedder's width E: patch_dense maps P → E, embedding_projection E → H.
+    constexpr std::int64_t vision_embed_dim() const { return vision.mm_embed_dim > 0 ? vision.mm_embed_dim : hidden_size; }
+
     constexpr std::int64_t num_layers_of(AttentionKind kind) const {
         std::int64_t n = 0;
         for (std::int64_t i = 0; i < num_hidden_layers; ++i) n += layer_kind(i) == kind;
@@ -192,13 +198,13 @@ constexpr std::int64_t text_parameter_count(const Gemma4Config& c) {
 }
 
 constexpr std::int64_t vision_parameter_count(const Gemma4Config& c) {
-    const std::int64_t P = c.vision.patch_values(), H = c.hidden_size;
+    const std::int64_t P = c.vision.patch_values(), E = c.vision_embed_dim(), H = c.hidden_size;
     return 2 * P                         // patch_ln1
-           + H * P + H                   // patch_dense
-           + 2 * H                       // patch_ln2
-           + c.vision.mm_posemb_size * 2 * H  // pos_embedding
-           + 2 * H                       // pos_norm
-           + H * H;                      // embedding_projection
+           + E * P + E                   // patch_dense
+           + 2 * E                       // patch_ln2
+           + c.vision.mm_posemb_size * 2 * E  // pos_embedding
+           + 2 * E                       // pos_norm
+           + H * E;                      // embedding_projection
 }
 
 constexpr std::int64_t audio_parameter_count(const Gemma4Config& c) {

@@ -14,13 +14,13 @@ using namespace gemma4;
 namespace {
 
 struct Fixture {
-    std::filesystem::path dir = test::temp_dir("multimodal");
-    Gemma4Config config = tiny_config();
+    std::filesystem::path dir;
+    Gemma4Config config;
     std::vector<ImageInput<double>> images;
     std::vector<AudioInput<double>> audios;
     std::vector<std::int32_t> ids;
 
-    Fixture() {
+    explicit Fixture(Gemma4Config c = tiny_config(), const std::string& name = "multimodal") : dir(test::temp_dir(name)), config(c) {
         write_random_checkpoint(dir, config, {.seed = 91, .dtype = DType::BF16});
         const std::int64_t P = config.vision.patch_values(), F = config.audio.audio_embed_dim;
         auto fill = [](std::size_t n, double phase) {
@@ -108,6 +108,31 @@ TEST_CASE("images and audio end to end match the reference in double", "[multimo
                     REQUIRE(std::abs(plan.rows[static_cast<std::size_t>(r * soft.rows.cols + c)] - soft.rows(r, c)) <= 1e-12 * 10);
         }
     }
+}
+
+TEST_CASE("a vision embedder narrower than the text model (mm_embed_dim != hidden_size)", "[multimodal]") {
+    // Hugging Face's own vision tester runs an embedder of width 64 under a smaller text model:
+    // patch_dense maps to mm_embed_dim and only embedding_projection reaches the hidden size.
+    Gemma4Config c = tiny_config();
+    c.vision.mm_embed_dim = 24;
+    REQUIRE(c.vision_embed_dim() != c.hidden_size);
+    const Fixture f(c, "multimodal_narrow");
+    const Checkpoint ck = load_checkpoint(f.dir);
+    CHECK(ck.config.vision_embed_dim() == 24);
+    CHECK(ck.weights.vision.patch_dense_weight.shape == std::vector<std::int64_t>{24, c.vision.patch_values()});
+    CHECK(ck.weights.vision.pos_embedding.shape == std::vector<std::int64_t>{c.vision.mm_posemb_size, 2, 24});
+    CHECK(ck.weights.vision.embedding_projection.shape == std::vector<std::int64_t>{c.hidden_size, 24});
+
+    const test::ReferenceModel ref(f.dir);
+    const Model<double> model = Model<double>::load(f.dir, ModelOptions{.n_threads = 2});
+    const SoftTokenPlan<double> plan = plan_soft_tokens<double>(model, f.ids, f.images, f.audios);
+    KVCache<double> cache = model.make_cache();
+    const SequenceChunk chunk{cache.add_sequence(), f.ids};
+    const Logits<double> got = model.forward(std::span<const SequenceChunk>(&chunk, 1), cache, plan.view());
+    const auto soft = f.reference_soft(ref, false);
+    const test::Matrix expected = ref.forward(f.ids, nullptr, &soft);
+    CHECK(test::relative_error(got.values.data(), expected.v.data(), expected.v.size()) <= 1e-12);
+    CHECK(test::relative_error(plan.rows.data(), soft.rows.v.data(), soft.rows.v.size()) <= 1e-12);
 }
 
 TEST_CASE("masks: image tokens see their whole image on sliding layers, audio stays causal", "[multimodal][masks]") {

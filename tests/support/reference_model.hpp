@@ -45,17 +45,17 @@ public:
     /// Vision embedder, spec §4.2: patches [N, P], positions (x, y).
     Matrix embed_image(const Matrix& patches, const std::vector<std::int32_t>& pos) const {
         const VisionWeights& w = ck_.weights.vision;
-        const std::int64_t H = ck_.config.hidden_size;
+        const std::int64_t E = ck_.config.vision_embed_dim();
         Matrix h = layer_norm(patches, w.patch_ln1_weight, w.patch_ln1_bias);
         h = matmul(h, to_matrix(w.patch_dense_weight));
         for (std::int64_t t = 0; t < h.rows; ++t)
-            for (std::int64_t i = 0; i < H; ++i) h(t, i) += w.patch_dense_bias.at<double>(i);
+            for (std::int64_t i = 0; i < E; ++i) h(t, i) += w.patch_dense_bias.at<double>(i);
         h = layer_norm(h, w.patch_ln2_weight, w.patch_ln2_bias);
         for (std::int64_t t = 0; t < h.rows; ++t)
-            for (std::int64_t i = 0; i < H; ++i)
-                h(t, i) += w.pos_embedding.at<double>((pos[2 * t] * 2 + 0) * H + i) + w.pos_embedding.at<double>((pos[2 * t + 1] * 2 + 1) * H + i);
+            for (std::int64_t i = 0; i < E; ++i)
+                h(t, i) += w.pos_embedding.at<double>((pos[2 * t] * 2 + 0) * E + i) + w.pos_embedding.at<double>((pos[2 * t + 1] * 2 + 1) * E + i);
         h = layer_norm(h, w.pos_norm_weight, w.pos_norm_bias);
-        h = rms_heads(h, H, nullptr, ck_.config.vision.rms_norm_eps);
+        h = rms_heads(h, E, nullptr, ck_.config.vision.rms_norm_eps);
         return matmul(h, to_matrix(w.embedding_projection));
     }
 

@@ -233,8 +233,7 @@ inline Gemma4Config parse_config(const nlohmann::json& root, const std::string& 
         c.vision.pooling_kernel_size = v.integer("pooling_kernel_size", 3);
         c.vision.mm_posemb_size = v.integer("mm_posemb_size", 1120);
         c.vision.rms_norm_eps = v.number("rms_norm_eps", 1e-6);
-        if (v.integer("mm_embed_dim", c.hidden_size) != c.hidden_size)
-            v.fail("mm_embed_dim", "must equal text_config.hidden_size");
+        c.vision.mm_embed_dim = v.integer("mm_embed_dim", c.hidden_size, 1);
     }
     if (c.has_audio) {
         const ConfigReader a = top.object("audio_config");
@@ -310,7 +309,7 @@ inline nlohmann::json config_to_json(const Gemma4Config& c) {
         root["vision_config"] = {{"model_type", "gemma4_unified_vision"},
                                  {"patch_size", c.vision.patch_size},
                                  {"pooling_kernel_size", c.vision.pooling_kernel_size},
-                                 {"mm_embed_dim", c.hidden_size},
+                                 {"mm_embed_dim", c.vision_embed_dim()},
                                  {"mm_posemb_size", c.vision.mm_posemb_size},
                                  {"output_proj_dims", c.hidden_size},
                                  {"rms_norm_eps", c.vision.rms_norm_eps}};

@@ -32,7 +32,7 @@ struct LayerNormParams {
 
 /// patches [N, P] with (x, y) tile positions → soft tokens [N, H]:
 /// LayerNorm → dense (+bias) → LayerNorm → + pos[x, 0] + pos[y, 1] → LayerNorm → RMSNorm (no
-/// weight) → projection.
+/// weight), all at the embedder's width E (mm_embed_dim) → projection to the hidden size H.
 template <class T>
 class VisionEmbedder {
 public:
@@ -44,13 +44,13 @@ public:
         ln2_ = {w.patch_ln2_weight.to_vector<T>(), w.patch_ln2_bias.to_vector<T>(), eps};
         pos_norm_ = {w.pos_norm_weight.to_vector<T>(), w.pos_norm_bias.to_vector<T>(), eps};
         dense_bias_ = w.patch_dense_bias.to_vector<T>();
-        unit_norm_ = RMSNorm<T>::unit(c.hidden_size, c.vision.rms_norm_eps);
+        unit_norm_ = RMSNorm<T>::unit(c.vision_embed_dim(), c.vision.rms_norm_eps);
     }
 
     std::int64_t patch_values() const { return config_.vision.patch_values(); }
 
     std::vector<T> operator()(std::span<const T> patches, std::span<const std::int32_t> positions, ThreadPool& pool) const {
-        const std::int64_t P = patch_values(), H = config_.hidden_size;
+        const std::int64_t P = patch_values(), E = config_.vision_embed_dim(), H = config_.hidden_size;
         if (patches.size() % static_cast<std::size_t>(P) != 0)
             throw ShapeError("image patches: " + std::to_string(patches.size()) + " values is not a multiple of the patch size " +
                              std::to_string(P));
@@ -63,22 +63,21 @@ public:
                 throw InvalidArgument("image positions: " + std::to_string(positions[static_cast<std::size_t>(i)]) +
                                       " at patch " + std::to_string(i / 2) + " is outside the position table [0, " +
                                       std::to_string(table) + ")");
-        std::vector<T> normed(patches.size()), h(static_cast<std::size_t>(n * H)), out(static_cast<std::size_t>(n * H));
+        std::vector<T> normed(patches.size()), h(static_cast<std::size_t>(n * E)), out(static_cast<std::size_t>(n * H));
         for (std::int64_t i = 0; i < n; ++i) ln1_(patches.data() + i * P, normed.data() + i * P);
-        linear<T>(w_.patch_dense_weight, {normed.data(), P}, {h.data(), H}, n, pool);
-        std::vector<T> pos_x(static_cast<std::size_t>(H)), pos_y(static_cast<std::size_t>(H));
-        for (std::int64_t i = 0; i < n; ++i) {
-            T* row = h.data() + i * H;
-            for (std::int64_t j = 0; j < H; ++j) row[j] += dense_bias_[static_cast<std::size_t>(j)];
+        linear<T>(w_.patch_dense_weight, {normed.data(), P}, {h.data(), E}, n, pool);
+                for (std::int64_t i = 0; i < n; ++i) {
+            T* row = h.data() + i * E;
+            for (std::int64_t j = 0; j < E; ++j) row[j] += dense_bias_[static_cast<std::size_t>(j)];
             ln2_(row, row);
             const std::int64_t x = positions[static_cast<std::size_t>(2 * i)], y = positions[static_cast<std::size_t>(2 * i + 1)];
             // pos_embedding[x, 0, :] + pos_embedding[y, 1, :]
-            for (std::int64_t j = 0; j < H; ++j)
-                row[j] += w_.pos_embedding.at<T>((x * 2 + 0) * H + j) + w_.pos_embedding.at<T>((y * 2 + 1) * H + j);
+            for (std::int64_t j = 0; j < E; ++j)
+                row[j] += w_.pos_embedding.at<T>((x * 2 + 0) * E + j) + w_.pos_embedding.at<T>((y * 2 + 1) * E + j);
             pos_norm_(row, row);
-            unit_norm_(row, H, row, H, 1);
+            unit_norm_(row, E, row, E, 1);
         }
-        linear<T>(w_.embedding_projection, {h.data(), H}, {out.data(), H}, n, pool);
+        linear<T>(w_.embedding_projection, {h.data(), E}, {out.data(), H}, n, pool);
         return out;
     }
 

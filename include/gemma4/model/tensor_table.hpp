@@ -68,22 +68,22 @@ inline std::vector<TensorSpec> tensor_table(const Gemma4Config& c, const std::st
         t.push_back(TensorSpec{std::move(names), std::move(shape), group, false, -1, field});
     };
     if (c.has_vision) {
-        const std::int64_t P = c.vision.patch_values();
+        const std::int64_t P = c.vision.patch_values(), E = c.vision_embed_dim();
         auto vis = [&](const std::string& suffix, std::vector<std::int64_t> shape, WeightView* field) {
             mm(TensorGroup::Vision, {"model.vision_embedder." + suffix, "model.embed_vision." + suffix}, std::move(shape), field);
         };
         vis("patch_ln1.weight", {P}, &w.vision.patch_ln1_weight);
         vis("patch_ln1.bias", {P}, &w.vision.patch_ln1_bias);
-        vis("patch_dense.weight", {H, P}, &w.vision.patch_dense_weight);
-        vis("patch_dense.bias", {H}, &w.vision.patch_dense_bias);
-        vis("patch_ln2.weight", {H}, &w.vision.patch_ln2_weight);
-        vis("patch_ln2.bias", {H}, &w.vision.patch_ln2_bias);
-        vis("pos_embedding", {c.vision.mm_posemb_size, 2, H}, &w.vision.pos_embedding);
-        vis("pos_norm.weight", {H}, &w.vision.pos_norm_weight);
-        vis("pos_norm.bias", {H}, &w.vision.pos_norm_bias);
+        vis("patch_dense.weight", {E, P}, &w.vision.patch_dense_weight);
+        vis("patch_dense.bias", {E}, &w.vision.patch_dense_bias);
+        vis("patch_ln2.weight", {E}, &w.vision.patch_ln2_weight);
+        vis("patch_ln2.bias", {E}, &w.vision.patch_ln2_bias);
+        vis("pos_embedding", {c.vision.mm_posemb_size, 2, E}, &w.vision.pos_embedding);
+        vis("pos_norm.weight", {E}, &w.vision.pos_norm_weight);
+        vis("pos_norm.bias", {E}, &w.vision.pos_norm_bias);
         mm(TensorGroup::Vision,
            {"model.embed_vision.embedding_projection.weight", "model.embed_vision.multimodal_embedder.embedding_projection.weight"},
-           {H, H}, &w.vision.embedding_projection);
+           {H, E}, &w.vision.embedding_projection);
     }
     if (c.has_audio) {
         mm(TensorGroup::Audio,
