@@ -176,6 +176,8 @@ public:
         return float_;
     }
     std::optional<bool> as_bool() const { return is_bool() ? std::optional<bool>(bits_ != 0) : std::nullopt; }
+    /// The little-endian bits of a fixed-size scalar as stored (floats: their IEEE bits).
+    std::uint64_t bits() const { return bits_; }
     std::optional<std::string_view> as_string() const { return is_string() ? std::optional(str_) : std::nullopt; }
 
     /// Arrays: element type and count.
