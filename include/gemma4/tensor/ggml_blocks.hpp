@@ -176,12 +176,15 @@ inline void q4_0_to_q4_row(const std::byte* src, std::int64_t cols, std::byte* c
     for (std::int64_t b = 0; b < nb; ++b) {
         const std::byte* blk = src + b * kQ4_0Bytes;
         scales[b] = read_u16(blk);
+        // The block's 32 elements are bytes base … base + 31 of our 128-group, all in the low
+        // (first half of the group) or all in the high nibbles (second half).
+        const std::int64_t base = quant::q4_byte(b * kBlock32);
+        const bool high = quant::q4_high(b * kBlock32);
         for (std::int64_t j = 0; j < 16; ++j) {
             const unsigned q = byte_at(blk, 2 + j);
-            for (const auto& [i, nib] : {std::pair{b * kBlock32 + j, q & 15u}, std::pair{b * kBlock32 + j + 16, q >> 4}}) {
-                auto& dst = codes[quant::q4_byte(i)];
-                dst = quant::q4_high(i) ? ((dst & std::byte{0x0f}) | static_cast<std::byte>(nib << 4))
-                                        : ((dst & std::byte{0xf0}) | static_cast<std::byte>(nib));
+            for (const auto& [at, nib] : {std::pair{base + j, q & 15u}, std::pair{base + j + 16, q >> 4}}) {
+                const unsigned old = std::to_integer<unsigned>(codes[at]);
+                codes[at] = static_cast<std::byte>(high ? (old & 0x0fu) | (nib << 4) : (old & 0xf0u) | nib);
             }
         }
     }
