@@ -443,10 +443,6 @@ void gguf() {
     }
     const std::string model = gguf_file_bytes(kvs, ts);
     put("gguf", "micro_model.gguf", bytes(model));
-    put("gguf", "micro_model_truncated.gguf", bytes(model.substr(0, model.size() / 2)));
-    auto arch = kvs;
-    arch[0] = gguf_string("general.architecture", "llama");
-    put("gguf", "micro_model_llama.gguf", bytes(gguf_file_bytes(arch, ts)));
     auto missing = ts;
     missing.erase(missing.begin() + 5);
     put("gguf", "micro_model_missing_tensor.gguf", bytes(gguf_file_bytes(kvs, missing)));

@@ -114,8 +114,8 @@ TEST_CASE("gguf tokenizer: malformed keys are TokenizerErrors naming the key", "
            "'tokenizer.ggml.merges': missing");
     expect("merge_form", [](auto& k) { key(k, "tokenizer.ggml.merges") = gguf_string_array("tokenizer.ggml.merges", {"\xe2\x96\x81t"}); },
            "'tokenizer.ggml.merges': entry 0");
-    expect("merge_unknown", [](auto& k) { key(k, "tokenizer.ggml.merges") = gguf_string_array("tokenizer.ggml.merges", {"x y"}); },
-           "unknown piece");
+    expect("merge_unknown", [](auto& k) { key(k, "tokenizer.ggml.merges") = gguf_string_array("tokenizer.ggml.merges", {"x <q>"}); },
+           "model.merges[0]: unknown piece \"<q>\"");
     expect("types", [](auto& k) { key(k, "tokenizer.ggml.token_type") = gguf_int32_array("tokenizer.ggml.token_type", {1, 2}); },
            "'tokenizer.ggml.token_type': expected an array of 384");
     expect("bos", [](auto& k) { key(k, "tokenizer.ggml.bos_token_id") = gguf_uint32("tokenizer.ggml.bos_token_id", 384); },
