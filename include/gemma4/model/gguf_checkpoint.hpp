@@ -15,6 +15,7 @@
 #include <gemma4/io/gguf.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/model/checkpoint.hpp>
+#include <gemma4/model/owned_buffers.hpp>
 #include <gemma4/model/tensor_table.hpp>
 #include <gemma4/model/weights.hpp>
 #include <gemma4/tensor/ggml_blocks.hpp>
@@ -26,7 +27,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <new>
@@ -38,30 +38,7 @@
 namespace gemma4 {
 inline namespace GEMMA4_ABI {
 
-/// Whether `path` is a regular file starting with the GGUF magic.
-inline bool is_gguf_file(const std::filesystem::path& path) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) return false;
-    std::ifstream in(path, std::ios::binary);
-    char magic[4] = {};
-    return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
-}
-
 namespace detail {
-
-/// The mapped GGUF file and the buffers of tensors converted at load.
-struct GgufStorage {
-    struct AlignedDelete {
-        void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
-    };
-    std::shared_ptr<const GgufFile> file;
-    std::vector<std::unique_ptr<std::byte[], AlignedDelete>> buffers;
-    std::byte* allocate(std::size_t n) {
-        auto* p = static_cast<std::byte*>(::operator new[](n > 0 ? n : 1, std::align_val_t{64}));
-        buffers.push_back(std::unique_ptr<std::byte[], AlignedDelete>(p));
-        return p;
-    }
-};
 
 /// A FLOAT32 key is the float32 rounding of a decimal (1e-06 → 9.99999997e-07): read it as the
 /// shortest decimal that rounds to it, i.e. the value the converter was given. FLOAT64 and
@@ -295,9 +272,11 @@ inline Gemma4Config gguf_config(const GgufFile& f) {
 }
 
 inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const LoadOptions& options) {
-    auto storage = std::make_shared<detail::GgufStorage>();
-    storage->file = std::make_shared<const GgufFile>(path);
-    const GgufFile& f = *storage->file;
+    // The converted tensors' buffers, keeping the mapped file alive for the views into it.
+    auto storage = std::make_shared<detail::OwnedBuffers>();
+    const auto mapped = std::make_shared<const GgufFile>(path);
+    storage->parent = mapped;
+    const GgufFile& f = *mapped;
     const std::string file = path.string();
     Checkpoint ck;
     ck.directory = path;
