@@ -3,6 +3,7 @@
 // stop at different checks. Usage: gemma4_fuzz_corpus <fuzz/corpus folder>. The output is
 // deterministic, so the committed corpora can be regenerated and diffed.
 #include <gemma4/io/config_json.hpp>
+#include <gemma4/io/gguf_writer.hpp>
 #include <gemma4/io/npy.hpp>
 #include <gemma4/io/safetensors_writer.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
@@ -320,6 +321,155 @@ void wavs() {
     put("wav", "truncated.wav", cut);
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// GGUF: a micro Gemma 4 model (2 layers, one sliding and one k_eq_v full layer with partial
+// RoPE, a 10-token vocabulary) whose matrices use every type the loader maps, a file with one
+// tensor of each supported type, and one with a value of each metadata type.
+
+std::string gguf_data(gemma4::GgmlType type, std::uint64_t n, std::uint32_t seed) {
+    using gemma4::GgmlType;
+    std::string out;
+    std::uint32_t s = seed * 2654435761u + 1;
+    const auto next = [&] { return (s = s * 1664525u + 1013904223u) >> 24; };
+    const auto put16 = [&](std::uint16_t v) { out.push_back(static_cast<char>(v & 0xff)), out.push_back(static_cast<char>(v >> 8)); };
+    switch (type) {
+        case GgmlType::F32:
+            for (std::uint64_t i = 0; i < n; ++i) {
+                const float x = 0.9f + 0.01f * static_cast<float>(next() % 20);
+                out.append(reinterpret_cast<const char*>(&x), 4);
+            }
+            break;
+        case GgmlType::F16:
+            for (std::uint64_t i = 0; i < n; ++i) put16(gemma4::float_to_f16(0.01f * static_cast<float>(static_cast<int>(next() % 21) - 10)));
+            break;
+        case GgmlType::BF16:
+            for (std::uint64_t i = 0; i < n; ++i) put16(gemma4::float_to_bf16(0.01f * static_cast<float>(static_cast<int>(next() % 21) - 10)));
+            break;
+        case GgmlType::Q8_0:
+            for (std::uint64_t b = 0; b < n / 32; ++b) {
+                put16(gemma4::float_to_f16(0.001f));
+                for (int j = 0; j < 32; ++j) out.push_back(static_cast<char>(next()));
+            }
+            break;
+        case GgmlType::Q4_0:
+            for (std::uint64_t b = 0; b < n / 32; ++b) {
+                put16(gemma4::float_to_f16(0.01f));
+                for (int j = 0; j < 16; ++j) out.push_back(static_cast<char>(next()));
+            }
+            break;
+        case GgmlType::Q4_K:
+            for (std::uint64_t b = 0; b < n / 256; ++b) {
+                put16(gemma4::float_to_f16(0.001f)), put16(gemma4::float_to_f16(0.002f));
+                for (int j = 0; j < 140; ++j) out.push_back(static_cast<char>(next()));
+            }
+            break;
+        case GgmlType::Q6_K:
+            for (std::uint64_t b = 0; b < n / 256; ++b) {
+                for (int j = 0; j < 208; ++j) out.push_back(static_cast<char>(next()));
+                put16(gemma4::float_to_f16(0.001f));
+            }
+            break;
+        default: throw std::runtime_error("gguf_data: unsupported type");
+    }
+    return out;
+}
+
+void gguf() {
+    using namespace gemma4;
+    const auto bytes = [](const std::string& s) { return Bytes(s.begin(), s.end()); };
+    // micro model
+    const std::vector<std::string> tokens{"<pad>", "<eos>", "<bos>", "<unk>", "<turn|>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "<0x0A>"};
+    std::vector<GgufKv> kvs{
+        gguf_string("general.architecture", "gemma4"),
+        gguf_uint32("gemma4.block_count", 2),
+        gguf_uint32("gemma4.context_length", 64),
+        gguf_uint32("gemma4.embedding_length", 32),
+        gguf_uint32("gemma4.feed_forward_length", 32),
+        gguf_uint32("gemma4.attention.head_count", 2),
+        gguf_int32_array("gemma4.attention.head_count_kv", {1, 1}),
+        gguf_float32("gemma4.rope.freq_base", 1e6f),
+        gguf_float32("gemma4.rope.freq_base_swa", 1e4f),
+        gguf_float32("gemma4.attention.layer_norm_rms_epsilon", 1e-6f),
+        gguf_uint32("gemma4.attention.key_length", 32),
+        gguf_uint32("gemma4.attention.value_length", 32),
+        gguf_float32("gemma4.final_logit_softcapping", 30.0f),
+        gguf_uint32("gemma4.attention.sliding_window", 4),
+        gguf_bool_array("gemma4.attention.sliding_window_pattern", {true, false}),
+        gguf_uint32("gemma4.attention.key_length_swa", 16),
+        gguf_uint32("gemma4.attention.value_length_swa", 16),
+        gguf_string("tokenizer.ggml.model", "gemma4"),
+        gguf_string_array("tokenizer.ggml.tokens", tokens),
+        gguf_int32_array("tokenizer.ggml.token_type", {3, 3, 3, 3, 3, 1, 1, 1, 1, 6}),
+        gguf_string_array("tokenizer.ggml.merges", {"\xe2\x96\x81 a"}),
+        gguf_uint32("tokenizer.ggml.bos_token_id", 2),
+        gguf_uint32("tokenizer.ggml.eos_token_id", 1),
+        gguf_uint32("tokenizer.ggml.unknown_token_id", 3),
+        gguf_uint32("tokenizer.ggml.padding_token_id", 0),
+        gguf_bool("tokenizer.ggml.add_bos_token", true),
+    };
+    std::vector<GgufTensorOut> ts;
+    std::uint32_t seed = 1;
+    const auto add = [&](const std::string& name, std::vector<std::uint64_t> ne, GgmlType type) {
+        std::uint64_t n = 1;
+        for (auto d : ne) n *= d;
+        ts.push_back({name, std::move(ne), type, gguf_data(type, n, seed++)});
+    };
+    std::string rope;
+    for (int i = 0; i < 16; ++i) {
+        const float f = i < 4 ? 1.0f : 1e30f;
+        rope.append(reinterpret_cast<const char*>(&f), 4);
+    }
+    ts.push_back({"rope_freqs.weight", {16}, GgmlType::F32, rope});
+    add("token_embd.weight", {32, 10}, GgmlType::Q8_0);
+    add("output_norm.weight", {32}, GgmlType::F32);
+    for (int l = 0; l < 2; ++l) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        const std::uint64_t d = l == 0 ? 16 : 32;
+        add(p + "attn_norm.weight", {32}, GgmlType::F32);
+        add(p + "attn_q.weight", {32, 2 * d}, GgmlType::Q4_0);
+        add(p + "attn_k.weight", {32, d}, GgmlType::F16);
+        if (l == 0) add(p + "attn_v.weight", {32, d}, GgmlType::BF16);
+        add(p + "attn_output.weight", {2 * d, 32}, GgmlType::Q8_0);
+        add(p + "attn_q_norm.weight", {d}, GgmlType::F32);
+        add(p + "attn_k_norm.weight", {d}, GgmlType::F32);
+        add(p + "post_attention_norm.weight", {32}, GgmlType::F32);
+        add(p + "ffn_norm.weight", {32}, GgmlType::F32);
+        add(p + "ffn_gate.weight", {32, 32}, GgmlType::Q4_0);
+        add(p + "ffn_up.weight", {32, 32}, GgmlType::F32);
+        add(p + "ffn_down.weight", {32, 32}, GgmlType::Q8_0);
+        add(p + "post_ffw_norm.weight", {32}, GgmlType::F32);
+        add(p + "layer_output_scale.weight", {1}, GgmlType::F32);
+    }
+    const std::string model = gguf_file_bytes(kvs, ts);
+    put("gguf", "micro_model.gguf", bytes(model));
+    auto missing = ts;
+    missing.erase(missing.begin() + 5);
+    put("gguf", "micro_model_missing_tensor.gguf", bytes(gguf_file_bytes(kvs, missing)));
+
+    // one tensor of each type
+    ts.clear();
+    for (const GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K})
+        add(std::string("t.") + std::string(ggml_type_name(t)), {256, 2}, t);
+    put("gguf", "types.gguf", bytes(gguf_file_bytes({gguf_uint32("general.alignment", 64)}, ts, 64)));
+
+    // a value of each metadata type, nested arrays included
+    std::string nested;  // [[5], [5]] of UINT16
+    for (int i = 0; i < 2; ++i) {
+        gguf_bytes::put_u32(nested, static_cast<std::uint32_t>(GgufValueType::UInt16));
+        gguf_bytes::put_u64(nested, 1);
+        gguf_bytes::put(nested, 5, 2);
+    }
+    std::vector<GgufKv> values{gguf_uint32("u32", 7), gguf_int32("i32", -7), gguf_float32("f32", 0.5f), gguf_bool("b", true),
+                               gguf_string("s", "text"), gguf_string_array("strings", {"a", "bc"}),
+                               gguf_array("nested", GgufValueType::Array, 2, nested)};
+    for (const auto& [t, size] : std::vector<std::pair<GgufValueType, int>>{{GgufValueType::UInt8, 1}, {GgufValueType::Int8, 1},
+                                                                            {GgufValueType::UInt16, 2}, {GgufValueType::Int16, 2},
+                                                                            {GgufValueType::UInt64, 8}, {GgufValueType::Int64, 8},
+                                                                            {GgufValueType::Float64, 8}})
+        values.push_back({"v." + std::string(gguf_value_type_name(t)), t, std::string(static_cast<std::size_t>(size), '\x01')});
+    put("gguf", "metadata.gguf", bytes(gguf_file_bytes(values, {})));
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -332,6 +482,7 @@ int main(int argc, char** argv) {
     fs::create_directories(tmp);
     try {
         safetensors(tmp);
+        gguf();
         config_json();
         tokenizers(tmp);
         chat();

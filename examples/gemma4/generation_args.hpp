@@ -1,5 +1,5 @@
-// What `generate`, `chat` and `demo` share: loading a checkpoint directory with its tokenizer
-// and generation_config.json, and the sampling options.
+// What `generate`, `chat` and `demo` share: loading a checkpoint (a directory with its tokenizer
+// and generation_config.json, or a GGUF file with its tokenizer keys), and the sampling options.
 #pragma once
 
 #include "cli.hpp"
@@ -7,6 +7,7 @@
 #include <gemma4/generate/generation_config.hpp>
 #include <gemma4/generate/session.hpp>
 #include <gemma4/model/model.hpp>
+#include <gemma4/tokenizer/gguf_tokenizer.hpp>
 #include <gemma4/tokenizer/tokenizer.hpp>
 
 #include <cstdio>
@@ -31,7 +32,9 @@ inline Options generation_options() {
 
 /// Sampling from generation_config.json, then the command line on top.
 inline GenerateOptions read_generate_options(Args& args, const std::filesystem::path& model_dir, const Gemma4Config& config) {
-    const GenerationConfig gc = load_generation_config(model_dir);
+    // A GGUF file has no generation_config.json: the library's defaults (greedy).
+    std::error_code ec;
+    const GenerationConfig gc = std::filesystem::is_regular_file(model_dir, ec) ? GenerationConfig{} : load_generation_config(model_dir);
     GenerateOptions o;
     o.sampling = apply_generation_config(gc, SamplingParams{.temperature = 0.0});
     if (gc.max_new_tokens) o.max_new_tokens = *gc.max_new_tokens;
@@ -53,9 +56,22 @@ inline GenerateOptions read_generate_options(Args& args, const std::filesystem::
     return o;
 }
 
-inline std::optional<Tokenizer> load_tokenizer_if_present(const std::filesystem::path& model_dir) {
-    if (!std::filesystem::exists(model_dir / "tokenizer.json")) return std::nullopt;
-    return Tokenizer::from_file(model_dir / "tokenizer.json");
+/// Where the tokenizer of a checkpoint is: its tokenizer.json, or a GGUF file's tokenizer keys.
+inline std::string tokenizer_location(const std::filesystem::path& model) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(model, ec)) return model.string() + " (tokenizer.ggml.* keys)";
+    return (model / "tokenizer.json").string();
+}
+
+inline std::optional<Tokenizer> load_tokenizer_if_present(const std::filesystem::path& model) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(model, ec)) {
+        const GgufFile file(model);
+        if (!gguf_has_tokenizer(file)) return std::nullopt;
+        return tokenizer_from_gguf(file);
+    }
+    if (!std::filesystem::exists(model / "tokenizer.json")) return std::nullopt;
+    return Tokenizer::from_file(model / "tokenizer.json");
 }
 
 inline void print_stats(const GenerationResult& r) {

@@ -14,6 +14,7 @@
 #include <gemma4/generate/session.hpp>
 #include <gemma4/generate/stop.hpp>
 #include <gemma4/io/config_json.hpp>
+#include <gemma4/io/gguf.hpp>
 #include <gemma4/io/npy.hpp>
 #include <gemma4/io/safetensors.hpp>
 #include <gemma4/kernels/cpu.hpp>
@@ -25,6 +26,7 @@
 #include <gemma4/layers/observer.hpp>
 #include <gemma4/layers/rms_norm.hpp>
 #include <gemma4/model/checkpoint.hpp>
+#include <gemma4/model/gguf_checkpoint.hpp>
 #include <gemma4/model/kv_cache.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/multimodal.hpp>
@@ -35,5 +37,6 @@
 #include <gemma4/multimodal/audio.hpp>
 #include <gemma4/multimodal/image_patches.hpp>
 #include <gemma4/multimodal/wav.hpp>
+#include <gemma4/tokenizer/gguf_tokenizer.hpp>
 #include <gemma4/tokenizer/streaming_decoder.hpp>
 #include <gemma4/tokenizer/tokenizer.hpp>

@@ -22,7 +22,7 @@ int run(cli::Args& args) {
     args.finish();
     std::size_t next_image = 0, next_audio = 0;
     const auto tokenizer = cli::load_tokenizer_if_present(dir);
-    if (!tokenizer) throw IoError((dir / "tokenizer.json").string() + ": not found");
+    if (!tokenizer) throw IoError(cli::tokenizer_location(dir) + ": not found");
     // A reply ends with <turn|> even when config.json lists only <eos>.
     if (const auto turn_end = tokenizer->token_to_id("<turn|>")) options.stop_ids.push_back(*turn_end);
     ChatSession<float> chat(model, *tokenizer, ChatOptions{.enable_thinking = think}, system);
@@ -58,7 +58,7 @@ int run(cli::Args& args) {
 
 const cli::Command reg{"chat", "interactive chat, replies streamed (the KV cache is kept between turns)",
                        cli::Options{
-                           {"model", "DIR", "checkpoint directory (config.json, *.safetensors, tokenizer.json)", cli::kRequired},
+                           {"model", "PATH", "checkpoint directory (config.json, *.safetensors, tokenizer.json) or .gguf file", cli::kRequired},
                            {"system", "TEXT", "system prompt"},
                            {"think", "", "let the model think before it answers"},
                        } + cli::generation_options() + cli::media_file_options() + cli::threads_option(),

@@ -20,7 +20,7 @@ int generate(cli::Args& args, const std::filesystem::path& dir, std::optional<st
     args.finish();
     std::optional<Tokenizer> tokenizer;
     if (prompt || !print_ids) tokenizer = cli::load_tokenizer_if_present(dir);
-    if (prompt && !tokenizer) throw IoError((dir / "tokenizer.json").string() + ": not found (use --prompt-ids without a tokenizer)");
+    if (prompt && !tokenizer) throw IoError(cli::tokenizer_location(dir) + ": not found (use --prompt-ids without a tokenizer)");
     Session<T> session(model, tokenizer ? &*tokenizer : nullptr);
     if (!print_ids)
         options.on_token = [](std::int32_t, std::string_view text) {
@@ -70,7 +70,7 @@ int run(cli::Args& args) {
 
 const cli::Command reg{"generate", "generate text from --prompt (or ids from --prompt-ids), streaming",
                        cli::Options{
-                           {"model", "DIR", "checkpoint directory (config.json, *.safetensors, tokenizer.json)", cli::kRequired},
+                           {"model", "PATH", "checkpoint directory (config.json, *.safetensors, tokenizer.json) or .gguf file", cli::kRequired},
                            {"prompt", "TEXT", "prompt text, special tokens included (\"<bos><|turn>user\\n...\")"},
                            {"prompt-ids", "IDS", "prompt as comma-separated token ids, instead of --prompt"},
                            {"print-ids", "", "print the generated ids as a JSON array instead of text"},

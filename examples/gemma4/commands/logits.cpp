@@ -118,7 +118,7 @@ int run(cli::Args& args) {
 
 const cli::Command reg{"logits", "final logits at every position as .npy (--dump-taps DIR: every node)",
                        cli::Options{
-                           {"model", "DIR", "checkpoint directory", cli::kRequired},
+                           {"model", "PATH", "checkpoint directory or .gguf file", cli::kRequired},
                            {"tokens", "IDS", "comma-separated token ids (at least one --tokens; several run as one batch)", cli::kRepeatable},
                            {"out", "FILE", "[T, vocab] .npy of the one sequence"},
                            {"out-dir", "DIR", "one <i>.npy per sequence"},

@@ -34,7 +34,7 @@ int run(cli::Args& args) {
 
 const cli::Command reg{"quantize", "write a checkpoint re-encoded as int8 or int4",
                        {
-                           {"model", "DIR", "checkpoint directory to read", cli::kRequired},
+                           {"model", "PATH", "checkpoint directory or .gguf file to read", cli::kRequired},
                            {"weights", "int8|int4", "format to write", cli::kRequired},
                            {"out", "DIR", "directory to write", cli::kRequired},
                        },

@@ -178,7 +178,13 @@ struct Checkpoint {
     std::string text_prefix;
 };
 
+/// Defined in model/gguf_checkpoint.hpp (included at the end of this header).
+inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const LoadOptions& options);
+
+/// Loads a checkpoint directory, or a GGUF file (model/gguf_checkpoint.hpp) when `dir` is a file.
 inline Checkpoint load_checkpoint(const std::filesystem::path& dir, LoadOptions options = {}) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(dir, ec)) return load_gguf_checkpoint(dir, options);
     if (!std::filesystem::is_directory(dir)) throw IoError(dir.string() + ": model directory not found");
     Checkpoint ck;
     ck.directory = dir;
@@ -227,3 +233,5 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& dir, LoadOptions 
 
 }  // namespace GEMMA4_ABI
 }  // namespace gemma4
+
+#include <gemma4/model/gguf_checkpoint.hpp>

@@ -11,6 +11,7 @@
 #include <gemma4/io/safetensors_writer.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/model/checkpoint.hpp>
+#include <gemma4/model/owned_buffers.hpp>
 #include <gemma4/model/tensor_table.hpp>
 #include <gemma4/model/weights.hpp>
 #include <gemma4/tensor/quant.hpp>
@@ -41,22 +42,6 @@ constexpr DType format_dtype(WeightFormat f) {
 }
 
 namespace detail {
-
-/// Owns re-encoded matrices and keeps the storage they were made from alive (the norms still
-/// point into it).
-struct OwnedBuffers {
-    struct AlignedDelete {
-        void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
-    };
-    std::shared_ptr<const void> parent;
-    std::vector<std::unique_ptr<std::byte[], AlignedDelete>> buffers;
-    /// n bytes aligned to a cache line (kernels load whole 64-byte vectors).
-    std::byte* allocate(std::size_t n) {
-        auto* p = static_cast<std::byte*>(::operator new[](n > 0 ? n : 1, std::align_val_t{64}));
-        buffers.push_back(std::unique_ptr<std::byte[], AlignedDelete>(p));
-        return p;
-    }
-};
 
 /// A quantized matrix in the panel layout, in buffers of `owned`: `out` has dtype and shape set;
 /// it gets data and scales. row(r, codes, scales) supplies row r in the file layout. Panels are

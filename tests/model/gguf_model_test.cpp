@@ -1,0 +1,330 @@
+// Gemma 4 from GGUF files: the config derived from the metadata equals the source checkpoint's
+// config.json, the f64 logits equal those of that checkpoint holding the GGUF's dequantized
+// weights, the formats the matrices get per ggml type, and every inconsistent file as an error
+// naming the key, tensor or architecture.
+#include <catch2/catch.hpp>
+
+#include <gemma4/io/gguf_writer.hpp>
+#include <gemma4/io/safetensors_writer.hpp>
+#include <gemma4/model/model.hpp>
+
+#include "support/gguf_fixtures.hpp"
+#include "support/reference_model.hpp"
+#include "support/skip.hpp"
+#include "support/message_matcher.hpp"
+#include "support/temp_dir.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <iostream>
+
+using namespace gemma4;
+
+namespace {
+
+std::vector<std::int32_t> fixture_ids() {
+    // 20 ids (longer than the sliding window of 8): words, a special token, byte pieces
+    return {2, 105, 17, 40, 9, 60, 107, 200, 33, 81, 5, 6, 99, 120, 255, 31, 64, 77, 106, 1};
+}
+
+bool have(const std::string& name) { return std::filesystem::exists(test::gguf_fixture(name)); }
+
+/// config.json of the source checkpoint + model.safetensors holding the GGUF's dequantized
+/// tensors (F32, HF names): the checkpoint the GGUF stands for.
+std::filesystem::path dequantized_checkpoint(const std::string& name) {
+    const auto dir = test::temp_dir("gguf_dequant_" + name);
+    std::filesystem::copy_file(test::gguf_source_checkpoint(name) / "config.json", dir / "config.json");
+    const test::ExpectedTensors expected(name);
+    const auto hf_names = expected.hf_names();
+    const GgufFile f(test::gguf_fixture(name));
+    std::vector<TensorRef> refs;
+    for (const auto& t : f.tensors()) {
+        if (t.name == "rope_freqs.weight") continue;  // generated, not a checkpoint tensor
+        const std::string hf = test::hf_name_of(t.name, hf_names);
+        const WeightView v = expected.view(t.name, hf);
+        refs.push_back({hf, v.dtype, v.shape, v.data, v.size_bytes});
+    }
+    write_safetensors(dir / "model.safetensors", refs);
+    return dir;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+    double m = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+    return m;
+}
+
+/// A copy of the q8_0 fixture with `edit` applied to its keys and tensors.
+std::filesystem::path edited_fixture(const std::string& label,
+                                     const std::function<void(std::vector<GgufKv>&, std::vector<GgufTensorOut>&)>& edit) {
+    const GgufFile f(test::repo_gguf_dir() / "tiny-gemma4-q8_0.gguf");
+    auto kvs = gguf_kvs_of(f);
+    auto tensors = gguf_tensors_of(f);
+    edit(kvs, tensors);
+    const auto path = test::temp_dir("gguf_edit") / (label + ".gguf");
+    write_gguf(path, kvs, tensors);
+    return path;
+}
+
+GgufKv& key(std::vector<GgufKv>& kvs, const std::string& name) {
+    for (auto& kv : kvs)
+        if (kv.key == name) return kv;
+    throw std::runtime_error("test: no key " + name);
+}
+void drop_key(std::vector<GgufKv>& kvs, const std::string& name) {
+    std::erase_if(kvs, [&](const GgufKv& kv) { return kv.key == name; });
+}
+void drop_tensor(std::vector<GgufTensorOut>& ts, const std::string& name) {
+    std::erase_if(ts, [&](const GgufTensorOut& t) { return t.name == name; });
+}
+GgufTensorOut& tensor(std::vector<GgufTensorOut>& ts, const std::string& name) {
+    for (auto& t : ts)
+        if (t.name == name) return t;
+    throw std::runtime_error("test: no tensor " + name);
+}
+
+}  // namespace
+
+TEST_CASE("gguf: the config from the metadata equals the source config.json", "[model][gguf]") {
+    for (const std::string name : {"tiny-gemma4-q8_0", "tiny-gemma4-q6_k"}) {
+        if (!have(name)) GEMMA4_SKIP(test::gguf_fixture(name).string() << " not found (shared data)");
+        INFO(name);
+        const Gemma4Config g = gguf_config(GgufFile(test::gguf_fixture(name)));
+        const Gemma4Config c = load_config(test::gguf_source_checkpoint(name) / "config.json");
+        CHECK(g.vocab_size == c.vocab_size);
+        CHECK(g.hidden_size == c.hidden_size);
+        CHECK(g.intermediate_size == c.intermediate_size);
+        CHECK(g.num_hidden_layers == c.num_hidden_layers);
+        CHECK(g.num_attention_heads == c.num_attention_heads);
+        CHECK(g.num_key_value_heads == c.num_key_value_heads);
+        CHECK(g.num_global_key_value_heads == c.num_global_key_value_heads);
+        CHECK(g.head_dim == c.head_dim);
+        CHECK(g.global_head_dim == c.global_head_dim);
+        CHECK(g.attention_k_eq_v == c.attention_k_eq_v);
+        CHECK(g.sliding_window == c.sliding_window);
+        CHECK(g.max_position_embeddings == c.max_position_embeddings);
+        CHECK(g.rms_norm_eps == c.rms_norm_eps);  // the FLOAT32 key read as its decimal
+        CHECK(g.final_logit_softcapping == c.final_logit_softcapping);
+        CHECK(g.rope_sliding.rope_theta == c.rope_sliding.rope_theta);
+        CHECK(g.rope_full.rope_theta == c.rope_full.rope_theta);
+        CHECK(g.rope_full.rope_type == RopeType::Proportional);
+        CHECK(g.rope_full.partial_rotary_factor == c.rope_full.partial_rotary_factor);
+        CHECK(g.tie_word_embeddings);
+        CHECK_FALSE(g.has_vision);
+        for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+            const LayerGeometry a = g.layer(i), b = c.layer(i);
+            CHECK(a.kind == b.kind);
+            CHECK(a.head_dim == b.head_dim);
+            CHECK(a.num_kv_heads == b.num_kv_heads);
+            CHECK(a.has_v_proj == b.has_v_proj);
+            CHECK(a.rope_pairs == b.rope_pairs);
+            CHECK(a.window == b.window);
+        }
+        CHECK(g.tokens.bos == 2);
+        CHECK(g.tokens.is_eos(1));
+        CHECK(g.tokens.is_eos(106));  // <turn|>
+    }
+}
+
+namespace {
+
+void check_logits_match_dequantized_checkpoint(const std::string& name) {
+    INFO(name);
+    const auto ref_dir = dequantized_checkpoint(name);
+    const auto ids = fixture_ids();
+    const Model<double> from_gguf = Model<double>::load(test::gguf_fixture(name), ModelOptions{2});
+    const Model<double> from_hf = Model<double>::load(ref_dir, ModelOptions{2});
+    const Logits<double> a = from_gguf.logits(ids), b = from_hf.logits(ids);
+    REQUIRE(a.values.size() == b.values.size());
+    const double diff = max_abs_diff(a.values, b.values);
+    const test::ReferenceModel reference(ref_dir);
+    const test::Matrix expected = reference.forward(ids);
+    const double ref_err = test::relative_error(a.values.data(), expected.v.data(), expected.v.size());
+    // float path: Q8 / Q4 matrices through the int8 kernels (activations quantized per block);
+    // our own format of the same values (re-encoded from the dequantized checkpoint) for scale
+    const Model<float> f32 = Model<float>::load(test::gguf_fixture(name), ModelOptions{2});
+    const auto f32_error = [&](const Model<float>& m) {
+        const Logits<float> fl = m.logits(ids);
+        const std::vector<double> fd(fl.values.begin(), fl.values.end());
+        return test::relative_error(fd.data(), expected.v.data(), expected.v.size());
+    };
+    const double f32_err = f32_error(f32);
+    const WeightFormat own = name.find("q4_0") != std::string::npos ? WeightFormat::Int4
+                             : name.find("q8_0") != std::string::npos ? WeightFormat::Int8 : WeightFormat::AsStored;
+    const double own_err = f32_error(Model<float>::load(ref_dir, ModelOptions{2}, LoadOptions{.format = own}));
+    std::cout << "gguf " << name << ": f64 logits max |gguf - dequantized checkpoint| " << diff << ", vs plain-loop reference (rel.) "
+              << ref_err << "; f32 path rel. error " << f32_err << " (our " << weight_format_name(own) << " of the same values: " << own_err << ")\n";
+    CHECK(diff <= 1e-12);
+    CHECK(ref_err <= 1e-12);
+    CHECK(f32_err <= 1.5 * own_err + 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("gguf: f64 logits equal the dequantized checkpoint's (Q8_0, Q4_0, mixed)", "[model][gguf]") {
+    for (const auto& name : test::repo_gguf_fixtures()) check_logits_match_dequantized_checkpoint(name);
+}
+
+TEST_CASE("gguf: f64 logits equal the dequantized checkpoint's (F32, Q4_K, Q6_K)", "[model][gguf]") {
+    for (const auto& name : test::shared_gguf_fixtures()) {
+        if (!have(name)) GEMMA4_SKIP(test::gguf_fixture(name).string() << " not found (shared data)");
+        check_logits_match_dequantized_checkpoint(name);
+    }
+}
+
+TEST_CASE("gguf: each ggml type gets its in-memory format", "[model][gguf]") {
+    SECTION("Q8_0 and Q4_0 stay 8 / 4 bits, same codes and scales; vectors are mapped F32") {
+        const Checkpoint ck = load_checkpoint(test::repo_gguf_dir() / "tiny-gemma4-q4_0-mixed.gguf");
+        CHECK(ck.weights.embed_tokens.dtype == DType::Q8);
+        CHECK(ck.weights.embed_tokens.origin == DType::F32);
+        CHECK(ck.weights.layers[0].q_proj.dtype == DType::Q4);
+        CHECK(ck.weights.layers[5].o_proj.dtype == DType::Q4);
+        CHECK(ck.weights.layers[0].input_layernorm.dtype == DType::F32);
+        CHECK(ck.weights.layers[0].layer_scalar.dtype == DType::F32);
+        CHECK_FALSE(ck.weights.layers[2].v_proj);  // k_eq_v full layer
+        CHECK(ck.directory == test::repo_gguf_dir() / "tiny-gemma4-q4_0-mixed.gguf");
+        // the model re-lays them as panels for the kernels, values unchanged
+        const Model<float> m(load_checkpoint(test::repo_gguf_dir() / "tiny-gemma4-q4_0-mixed.gguf"), ModelOptions{1});
+        const WeightView& q = m.weights().layers[1].gate_proj;
+        CHECK(q.layout == WeightView::Layout::Panels);
+        const WeightView& rows = ck.weights.layers[1].gate_proj;
+        for (std::int64_t i = 0; i < rows.numel(); ++i) REQUIRE(q.at<float>(i) == rows.at<float>(i));
+    }
+    SECTION("a requested format re-encodes after loading") {
+        const Checkpoint ck = load_checkpoint_as(test::repo_gguf_dir() / "tiny-gemma4-q4_0.gguf", {.format = WeightFormat::Int8});
+        CHECK(ck.weights.layers[0].q_proj.dtype == DType::Q8);
+    }
+    SECTION("Q4_K and Q6_K: exact F32 as stored, or straight into the requested format") {
+        if (!have("tiny-gemma4-q4_k_m")) GEMMA4_SKIP("K-quant fixtures not found (shared data)");
+        for (const std::string name : {"tiny-gemma4-q4_k_m", "tiny-gemma4-q6_k"}) {
+            INFO(name);
+            const auto path = test::gguf_fixture(name);
+            const auto t0 = std::chrono::steady_clock::now();
+            const Checkpoint exact = load_checkpoint(path);
+            const auto t1 = std::chrono::steady_clock::now();
+            const Checkpoint int8 = load_checkpoint_as(path, {.format = WeightFormat::Int8});
+            const auto t2 = std::chrono::steady_clock::now();
+            const Checkpoint bf16 = load_checkpoint_as(path, {.format = WeightFormat::BF16});
+            CHECK(exact.weights.layers[0].q_proj.dtype == DType::F32);
+            CHECK(int8.weights.layers[0].q_proj.dtype == DType::Q8);
+            CHECK(bf16.weights.layers[0].q_proj.dtype == DType::BF16);
+            const auto ids = fixture_ids();
+            const Logits<double> e = Model<double>(load_checkpoint(path), ModelOptions{2}).logits(ids);
+            const Logits<double> q = Model<double>(load_checkpoint_as(path, {.format = WeightFormat::Int8}), ModelOptions{2}).logits(ids);
+            const Logits<double> h = Model<double>(load_checkpoint_as(path, {.format = WeightFormat::BF16}), ModelOptions{2}).logits(ids);
+            const double err_int8 = test::relative_error(q.values.data(), e.values.data(), e.values.size());
+            const double err_bf16 = test::relative_error(h.values.data(), e.values.data(), e.values.size());
+            std::cout << "gguf " << name << ": load exact F32 " << std::chrono::duration<double, std::milli>(t1 - t0).count()
+                      << " ms, int8 " << std::chrono::duration<double, std::milli>(t2 - t1).count()
+                      << " ms; f64 logits rel. error int8 " << err_int8 << ", bf16 " << err_bf16 << "\n";
+            CHECK(err_int8 < 0.1);
+            CHECK(err_bf16 < 0.05);
+            CHECK(err_int8 > 0);  // re-encoding is not exact
+        }
+    }
+}
+
+TEST_CASE("gguf: inconsistent files are errors naming the key, tensor or architecture", "[model][gguf]") {
+    using Kvs = std::vector<GgufKv>;
+    using Ts = std::vector<GgufTensorOut>;
+    CHECK_NOTHROW(load_checkpoint(edited_fixture("unchanged", [](Kvs&, Ts&) {})));
+
+    const auto is_config = [](const std::string& label, auto edit, const std::string& needle) {
+        INFO(label);
+        const auto path = edited_fixture(label, edit);
+        CHECK_THROWS_MATCHES(load_checkpoint(path), ConfigError, test::Has(needle) && test::Has(path.string()));
+    };
+    const auto is_shape = [](const std::string& label, auto edit, const std::string& needle) {
+        INFO(label);
+        const auto path = edited_fixture(label, edit);
+        CHECK_THROWS_MATCHES(load_checkpoint(path), ShapeError, test::Has(needle) && test::Has(path.string()));
+    };
+
+    is_config("arch", [](Kvs& k, Ts&) { key(k, "general.architecture") = gguf_string("general.architecture", "llama"); },
+              "general.architecture is 'llama'; only 'gemma4' is supported");
+    is_config("no_arch", [](Kvs& k, Ts&) { drop_key(k, "general.architecture"); }, "'general.architecture': missing");
+    for (const std::string required :
+         {"gemma4.block_count", "gemma4.embedding_length", "gemma4.feed_forward_length", "gemma4.attention.head_count",
+          "gemma4.attention.head_count_kv", "gemma4.attention.key_length", "gemma4.attention.key_length_swa",
+          "gemma4.attention.sliding_window", "gemma4.attention.sliding_window_pattern", "gemma4.context_length",
+          "gemma4.attention.layer_norm_rms_epsilon", "gemma4.rope.freq_base", "gemma4.rope.freq_base_swa"})
+        is_config("missing_" + required, [&](Kvs& k, Ts&) { drop_key(k, required); }, "'" + required + "': missing");
+    is_config("mistyped", [](Kvs& k, Ts&) { key(k, "gemma4.block_count") = gguf_string("gemma4.block_count", "6"); },
+              "'gemma4.block_count': expected an integer, got STRING");
+    is_config("kv_length", [](Kvs& k, Ts&) { key(k, "gemma4.attention.head_count_kv") = gguf_int32_array("gemma4.attention.head_count_kv", {2, 2, 1}); },
+              "'gemma4.attention.head_count_kv': has 3 entries, block_count is 6");
+    is_config("kv_mixed", [](Kvs& k, Ts&) {
+        key(k, "gemma4.attention.head_count_kv") = gguf_int32_array("gemma4.attention.head_count_kv", {2, 4, 1, 2, 2, 1});
+    }, "'gemma4.attention.head_count_kv': differs between layers of the same kind");
+    is_config("pattern_type", [](Kvs& k, Ts&) {
+        key(k, "gemma4.attention.sliding_window_pattern") = gguf_int32_array("gemma4.attention.sliding_window_pattern", {1, 1, 0, 1, 1, 0});
+    }, "'gemma4.attention.sliding_window_pattern': expected ARRAY[BOOL], got ARRAY[INT32]");
+    is_config("shared_kv", [](Kvs& k, Ts&) { key(k, "gemma4.attention.shared_kv_layers") = gguf_uint32("gemma4.attention.shared_kv_layers", 2); },
+              "'gemma4.attention.shared_kv_layers': must be 0");
+    is_config("value_length", [](Kvs& k, Ts&) { key(k, "gemma4.attention.value_length") = gguf_uint32("gemma4.attention.value_length", 16); },
+              "'gemma4.attention.value_length': must equal attention.key_length");
+    is_config("untied", [](Kvs&, Ts& t) { auto o = tensor(t, "token_embd.weight"); o.name = "output.weight"; t.push_back(o); },
+              "tensor 'output.weight' is present: an untied LM head is not supported");
+
+    // Shapes against the metadata
+    is_shape("ffn_length", [](Kvs& k, Ts&) { key(k, "gemma4.feed_forward_length") = gguf_uint32("gemma4.feed_forward_length", 128); },
+             "tensor 'blk.0.ffn_gate.weight' has ne [64, 96]; the metadata implies ne [64, 128]");
+    is_shape("head_count", [](Kvs& k, Ts&) { key(k, "gemma4.attention.head_count") = gguf_uint32("gemma4.attention.head_count", 2); },
+             "tensor 'blk.0.attn_q.weight' has ne [64, 64]; the metadata implies ne [64, 32]");
+    is_shape("embedding_length", [](Kvs& k, Ts&) { key(k, "gemma4.embedding_length") = gguf_uint32("gemma4.embedding_length", 32); },
+             "tensor 'token_embd.weight' has ne [64, 384]; embedding_length 32");
+    is_shape("missing_tensor", [](Kvs&, Ts& t) { drop_tensor(t, "blk.3.ffn_up.weight"); }, "missing tensor 'blk.3.ffn_up.weight'");
+    is_shape("missing_v", [](Kvs&, Ts& t) { drop_tensor(t, "blk.0.attn_v.weight"); }, "missing tensor 'blk.0.attn_v.weight'");
+    is_shape("unexpected", [](Kvs&, Ts& t) { auto o = tensor(t, "blk.0.attn_norm.weight"); o.name = "blk.0.extra.weight"; t.push_back(o); },
+             "unexpected tensor 'blk.0.extra.weight'");
+    is_shape("half_v", [](Kvs&, Ts& t) { auto o = tensor(t, "blk.2.attn_k.weight"); o.name = "blk.2.attn_v.weight"; t.push_back(o); },
+             "some full-attention layers have attn_v.weight and others do not");
+    is_shape("rope_freqs_value", [](Kvs&, Ts& t) {
+        auto& r = tensor(t, "rope_freqs.weight");
+        const float half = 0.5f;
+        std::memcpy(r.data.data() + 4 * 6, &half, 4);
+    }, "tensor 'rope_freqs.weight' entry 6 is 0.5");
+    is_shape("rope_freqs_shape", [](Kvs&, Ts& t) {
+        auto& r = tensor(t, "rope_freqs.weight");
+        r.ne = {8};
+        r.data.resize(32);
+    }, "tensor 'rope_freqs.weight' has ne [8]; attention.key_length 32 implies ne [16]");
+    is_shape("unsupported_type", [](Kvs&, Ts& t) {
+        auto& w = tensor(t, "blk.1.ffn_up.weight");
+        w.type = GgmlType::F64;
+        w.data.assign(64 * 96 * 8, '\0');
+    }, "tensor 'blk.1.ffn_up.weight': ggml type F64 is not supported");
+    {
+        // a NaN scale in a Q8_0 block
+        const auto path = edited_fixture("nan_scale", [](Kvs&, Ts& t) {
+            auto& w = tensor(t, "blk.4.attn_q.weight");
+            w.data[0] = '\xff';
+            w.data[1] = '\x7f';
+        });
+        CHECK_THROWS_MATCHES(load_checkpoint(path), FormatError, test::Has("tensor 'blk.4.attn_q.weight': row 0 has a non-finite"));
+    }
+    // Not a GGUF file at all
+    const auto junk = test::temp_dir("gguf_junk") / "x.gguf";
+    std::ofstream(junk) << "{\"not\": \"gguf\"}";
+    CHECK_THROWS_MATCHES(load_checkpoint(junk), FormatError, test::Has("bad magic"));
+}
+
+TEST_CASE("gguf: a GGUF file's model saves as a checkpoint directory that loads the same", "[model][gguf]") {
+    const auto path = test::repo_gguf_dir() / "tiny-gemma4-q8_0.gguf";
+    const auto dir = test::temp_dir("gguf_saved");
+    save_checkpoint(load_checkpoint(path), dir);
+    const auto ids = fixture_ids();
+    const Logits<double> a = Model<double>::load(path, ModelOptions{2}).logits(ids);
+    const Logits<double> b = Model<double>::load(dir, ModelOptions{2}).logits(ids);
+    CHECK(max_abs_diff(a.values, b.values) == 0.0);
+    // The float path too: the GGUF's Q8_0 blocks are our Q8 codes and scales, through the same
+    // kernels as our own int8 checkpoint, bit for bit.
+    for (const std::string name : {"tiny-gemma4-q8_0", "tiny-gemma4-q4_0"}) {
+        const auto src = test::repo_gguf_dir() / (name + ".gguf");
+        const auto saved = test::temp_dir("gguf_saved_" + name);
+        save_checkpoint(load_checkpoint(src), saved.string() + "/ck");
+        const Logits<float> fa = Model<float>::load(src, ModelOptions{2}).logits(ids);
+        const Logits<float> fb = Model<float>::load(saved / "ck", ModelOptions{2}).logits(ids);
+        CHECK(fa.values == fb.values);
+    }
+}
