@@ -41,11 +41,12 @@ const EngineFixture& engine_fixture() {
 constexpr int kSubmitters = 6;
 constexpr int kPerThread = 5;
 
-// Requests of one thread share a leading "system" part, so the prefix cache is hit concurrently.
+// The requests of one thread continue its first prompt, so they fork its cached pages while
+// other threads' requests are admitted, stepped and stored.
 std::vector<std::int32_t> engine_prompt(int thread, int k) {
     std::vector<std::int32_t> ids = {2};
-    for (int i = 0; i < 12; ++i) ids.push_back(static_cast<std::int32_t>(20 + 7 * thread + 5 * i) % 290);
-    for (int i = 0; i < 2 + 3 * k; ++i) ids.push_back(static_cast<std::int32_t>(31 + 11 * k + 13 * i + thread) % 290);
+    for (int i = 0; i < 14; ++i) ids.push_back(static_cast<std::int32_t>(20 + 7 * thread + 5 * i) % 290);
+    for (int i = 0; i < 3 * k; ++i) ids.push_back(static_cast<std::int32_t>(31 + 11 * k + 13 * i + thread) % 290);
     return ids;
 }
 
@@ -76,7 +77,7 @@ TEST_CASE("an engine serves many submitting, cancelling and stats-reading thread
             expected[static_cast<std::size_t>(t)].push_back(session.generate(std::span<const std::int32_t>(prompt), engine_options(t, k)));
         }
 
-    Engine<float> engine(f.model, &f.tokenizer, {.max_sequences = 4, .step_tokens = 12, .max_queue = 1000, .prefix_cache_entries = 3});
+    Engine<float> engine(f.model, &f.tokenizer, {.max_sequences = 4, .step_tokens = 12, .max_queue = 1000, .prefix_cache_entries = 32});
     std::vector<std::vector<Outcome>> outcomes(kSubmitters, std::vector<Outcome>(kPerThread));
     std::vector<std::atomic<bool>> flags(kSubmitters * kPerThread);
     std::atomic<bool> failed{false}, done{false};
@@ -112,6 +113,7 @@ TEST_CASE("an engine serves many submitting, cancelling and stats-reading thread
                     r.prompt = engine_prompt(t, k);
                     r.options = o;
                     handles.push_back(engine.submit(std::move(r)));
+                    if (k == 0) handles.back().wait();  // its prompt is now cached
                     // Every fifth request is cancelled by handle, another by its flag from this thread.
                     if ((t * kPerThread + k) % 5 == 1) {
                         out.cancel_requested = true;
@@ -160,6 +162,7 @@ TEST_CASE("an engine serves many submitting, cancelling and stats-reading thread
     CHECK(s.active_sequences == 0);
     CHECK(s.queue_depth == 0);
     CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
-    CHECK(s.prefix_entries <= 3);
+    CHECK(s.prefix_entries <= 32);
     CHECK(s.prefix_hits > 0);
+    CHECK(s.prefix_reused_tokens >= 15 * s.prefix_hits);
 }
