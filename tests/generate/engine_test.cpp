@@ -204,6 +204,37 @@ void check_sixteen_concurrent(const Model<float>& model) {
 
 }  // namespace
 
+TEST_CASE("a batched forward step gives each chunk the logits it gets alone, bit for bit", "[engine][batch]") {
+    // What the engine's exactness rests on: no kernel's output for a token depends on the other
+    // tokens of its step (their number, sequences or positions).
+    for (const Model<float>* model : {&fixture().model, &fixture().model_int8}) {
+        INFO((model == &fixture().model ? "bf16 weights" : "int8 weights"));
+        const std::vector<std::vector<std::int32_t>> prefixes = {prompt_ids(1, 3), prompt_ids(2, 19), prompt_ids(3, 40), prompt_ids(4, 1)};
+        const std::vector<std::vector<std::int32_t>> chunks = {prompt_ids(5, 1), prompt_ids(6, 7), prompt_ids(7, 1), prompt_ids(8, 33)};
+        KVCache<float> together = model->make_cache();
+        std::vector<SeqId> seqs;
+        for (const auto& p : prefixes) {
+            seqs.push_back(together.add_sequence());
+            model->forward(p, together, seqs.back(), LogitsMode::Last);
+        }
+        std::vector<SequenceChunk> batch;
+        for (std::size_t i = 0; i < chunks.size(); ++i) batch.push_back({seqs[i], chunks[i]});
+        const Logits<float> all = model->forward(std::span<const SequenceChunk>(batch), together, LogitsMode::All);
+        std::int64_t row = 0;
+        for (std::size_t i = 0; i < chunks.size(); ++i) {
+            KVCache<float> alone = model->make_cache();
+            const SeqId s = alone.add_sequence();
+            model->forward(prefixes[i], alone, s, LogitsMode::Last);
+            const Logits<float> one = model->forward(chunks[i], alone, s, LogitsMode::All);
+            const auto n = static_cast<std::size_t>(one.rows * one.vocab);
+            CHECK(std::equal(one.values.begin(), one.values.end(), all.values.begin() + row * all.vocab,
+                             all.values.begin() + row * all.vocab + static_cast<std::ptrdiff_t>(n)));
+            row += one.rows;
+        }
+        CHECK(row == all.rows);
+    }
+}
+
 TEST_CASE("16 concurrent requests each equal a lone session (bf16 weights)", "[engine]") {
     check_sixteen_concurrent(fixture().model);
 }
@@ -429,7 +460,17 @@ TEST_CASE("the queue bound rejects, the KV budget makes requests wait, the conte
         REQUIRE(need > 0);
         StepLog log;
         // Room for one such request at a time, not two.
-        Engine<float> engine(model, &f.tokenizer, {.kv_bytes = need + need / 2, .prefix_cache_entries = 0, .on_step = log.hook()});
+        const Engine<float>* self = nullptr;
+        std::size_t most_in_use = 0, most_reserved = 0;
+        auto hook = log.hook();
+        Engine<float> engine(model, &f.tokenizer,
+                             {.kv_bytes = need + need / 2, .prefix_cache_entries = 0, .on_step = [&](const EngineStepInfo& info) {
+                                  hook(info);
+                                  const EngineStats s = self->stats();
+                                  most_in_use = std::max(most_in_use, s.kv_bytes_in_use);
+                                  most_reserved = std::max(most_reserved, s.kv_bytes_reserved);
+                              }});
+        self = &engine;  // before the first submit, so before the first step
         std::vector<RequestHandle> handles;
         for (int i = 0; i < 3; ++i) handles.push_back(engine.submit(request(prompt_ids(60 + i, 30), greedy(20))));
         for (int i = 0; i < 3; ++i) {
@@ -438,37 +479,50 @@ TEST_CASE("the queue bound rejects, the KV budget makes requests wait, the conte
             if (i > 0) CHECK(r.stats.queue_seconds > 0);
         }
         for (const EngineStepInfo& s : log.get()) CHECK(s.sequences == 1);  // one at a time
+        engine.shutdown();  // joins the scheduler: its hook's maxima are final
+        CHECK(most_in_use > 0);
+        CHECK(most_in_use <= need);  // the reservation bounds what a request holds
+        CHECK(most_reserved == need);
         CHECK(engine.stats().kv_bytes_in_use == 0);
         // A request that could never fit is refused at once.
-        REQUIRE_THROWS_AS(engine.submit(request(prompt_ids(70, 200), greedy(20))), ContextLengthError);
-        REQUIRE_THROWS_WITH(engine.submit(request(prompt_ids(70, 200), greedy(20))), Catch::Contains("(kv_bytes)"));
+        Engine<float> small(model, &f.tokenizer, {.kv_bytes = need});
+        REQUIRE_THROWS_AS(small.submit(request(prompt_ids(70, 200), greedy(20))), ContextLengthError);
+        REQUIRE_THROWS_WITH(small.submit(request(prompt_ids(70, 200), greedy(20))), Catch::Contains("(kv_bytes)"));
     }
 
-    SECTION("context") {
-        Engine<float> engine(model, &f.tokenizer, {.prefix_cache_entries = 0});
-        REQUIRE_THROWS_AS(engine.submit(request(prompt_ids(80, 257), greedy(1))), ContextLengthError);
-        REQUIRE_THROWS_WITH(engine.submit(request(prompt_ids(80, 257), greedy(1))),
-                            Catch::Contains("prompt of 257 tokens exceeds the context of 256 tokens"));
-        // Prompt + max_new_tokens past the context: generation ends there, as in a Session.
-        const auto prompt = prompt_ids(81, 250);
-        const EngineResult r = engine.submit(request(prompt, endless(100))).wait();
-        check_same(r, lone(model, prompt, endless(100)));
-        CHECK(r.finish == FinishReason::ContextFull);
-
-        Engine<float> short_context(model, nullptr, {.context = 64});
-        REQUIRE_THROWS_WITH(short_context.submit(request(prompt_ids(82, 65), greedy(1))), Catch::Contains("exceeds the context of 64 tokens"));
-        CHECK(short_context.submit(request(prompt_ids(82, 60), endless(100))).wait().ids.size() == 5);
-
-        REQUIRE_THROWS_WITH(engine.submit(request({}, greedy(1))), Catch::Contains("empty prompt"));
-        REQUIRE_THROWS_WITH(engine.submit(request({2, static_cast<std::int32_t>(model.config().vocab_size)}, greedy(1))), Catch::Contains("outside the vocabulary"));
-        GenerateOptions stops = greedy(1);
-        stops.stop_strings = {"x"};
-        Engine<float> ids_only(model, nullptr);
-        REQUIRE_THROWS_WITH(ids_only.submit(request({2, 5}, stops)), Catch::Contains("stop strings need a tokenizer"));
-        CHECK(ids_only.submit(request({2, 5}, greedy(3))).wait().text.empty());
-        REQUIRE_THROWS_AS(Engine<float>(model, nullptr, {.context = 1000}), InvalidArgument);
-        CHECK(engine.stats().requests_rejected == 4);
-        CHECK(ids_only.stats().requests_rejected == 1);
+    SECTION("KV budget shared with the prefix cache") {
+        std::size_t need = 0;
+        {
+            Engine<float> probe(model, nullptr);
+            need = probe.kv_bytes_needed(30, 20);
+        }
+        // Room for two running requests; kept prompts take what is left and are evicted before a request waits.
+        const std::size_t budget = 2 * need + need / 4;
+        Engine<float> engine(model, &f.tokenizer, {.kv_bytes = budget, .prefix_cache_entries = 8});
+        for (int i = 0; i < 2; ++i)  // one at a time: each prompt is kept
+            check_same(engine.submit(request(prompt_ids(100 + i, 30), greedy(20))).wait(), lone(model, prompt_ids(100 + i, 30), greedy(20)));
+        EngineStats s = engine.stats();
+        REQUIRE(s.prefix_entries == 2);
+        CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+        CHECK(s.kv_bytes_reserved > 0);
+        // Two at once need the whole budget but those two kept prompts' share: both are evicted.
+        const RequestHandle c = engine.submit(request(prompt_ids(102, 30), greedy(20)));
+        const RequestHandle d = engine.submit(request(prompt_ids(103, 30), greedy(20)));
+        check_same(c.wait(), lone(model, prompt_ids(102, 30), greedy(20)));
+        check_same(d.wait(), lone(model, prompt_ids(103, 30), greedy(20)));
+        s = engine.stats();
+        CHECK(s.kv_bytes_reserved <= budget);
+        CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+        const auto first_again = concat(prompt_ids(100, 30), {50, 51, 52});
+        const EngineResult r = engine.submit(request(first_again, greedy(5))).wait();
+        check_same(r, lone(model, first_again, greedy(5)));
+        CHECK(r.stats.reused_tokens == 0);  // it was evicted
+        // Alone again, a prompt is kept and a request extending it reuses it.
+        check_same(engine.submit(request(prompt_ids(106, 30), greedy(20))).wait(), lone(model, prompt_ids(106, 30), greedy(20)));
+        const auto last = concat(prompt_ids(106, 30), {50, 51, 52});
+        const EngineResult reused = engine.submit(request(last, greedy(5))).wait();
+        check_same(reused, lone(model, last, greedy(5)));
+        CHECK(reused.stats.reused_tokens == 30);
     }
 }
 

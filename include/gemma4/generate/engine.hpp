@@ -306,7 +306,8 @@ private:
         const std::int64_t max = model.config().max_position_embeddings;
         if (o.max_sequences < 1) throw InvalidArgument("EngineOptions::max_sequences must be >= 1, not " + std::to_string(o.max_sequences));
         if (o.step_tokens < 1) throw InvalidArgument("EngineOptions::step_tokens must be >= 1, not " + std::to_string(o.step_tokens));
-        if (o.max_queue < 0) throw InvalidArgument("EngineOptions::max_queue must be >= 0, not " + std::to_string(o.max_queue));
+        // Every request passes through the queue, so a bound of 0 would refuse them all.
+        if (o.max_queue < 1) throw InvalidArgument("EngineOptions::max_queue must be >= 1, not " + std::to_string(o.max_queue));
         if (o.prefix_cache_entries < 0)
             throw InvalidArgument("EngineOptions::prefix_cache_entries must be >= 0, not " + std::to_string(o.prefix_cache_entries));
         if (o.context < 0 || o.context > max)
