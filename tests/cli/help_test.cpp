@@ -44,6 +44,10 @@ const std::map<std::string, std::set<std::string>> kReads = {
     {"preprocess-image", {"image", "max-soft-tokens", "patch-size", "pooling-kernel-size", "ignore-exif-orientation", "pil-resize",
                           "out-patches", "out-positions"}},
     {"quantize", {"model", "out", "weights"}},
+#ifdef GEMMA4_HAVE_SERVE  // built only with cpp-httplib
+    {"serve", {"model", "host", "port", "parallel", "ctx-size", "queue", "api-key", "weights", "max-body", "max-soft-tokens", "grace",
+               "threads"}},
+#endif
     {"tokenize", {"tokenizer", "config", "jsonl"}},
     {"tokenizer-bench", {"tokenizer", "text", "loads"}},
 };
