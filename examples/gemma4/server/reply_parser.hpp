@@ -98,14 +98,14 @@ private:
                 continue;
             }
             if (state_ == State::ToolCall) {
-                const auto end = buffer_.find(kToolCallEnd);
-                if (end == std::string::npos) {
-                    call_ += buffer_;
-                    buffer_.clear();
-                    return;
-                }
-                call_ += buffer_.substr(0, end);
-                buffer_.erase(0, end + kToolCallEnd.size());
+                // The closing marker may straddle pieces: look for it in everything since the opening.
+                const std::size_t searched = call_.size() >= kToolCallEnd.size() ? call_.size() - kToolCallEnd.size() + 1 : 0;
+                call_ += buffer_;
+                buffer_.clear();
+                const auto end = call_.find(kToolCallEnd, searched);
+                if (end == std::string::npos) return;
+                buffer_ = call_.substr(end + kToolCallEnd.size());
+                call_.resize(end);
                 if (auto call = parse_tool_call(call_)) {
                     ++calls_;
                     events.push_back(ReplyEvent{ReplyEvent::ToolCall, {}, std::move(*call)});
