@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -244,10 +245,11 @@ inline std::string png_data_url() {
 
 /// One number of /metrics ("gemma4_active_sequences").
 inline double metric(const std::string& metrics, const std::string& name) {
-    std::regex re("(^|\n)" + name + " ([0-9.e+-]+)");
-    std::smatch m;
-    REQUIRE(std::regex_search(metrics, m, re));
-    return std::stod(m[2]);
+    const std::string text = "\n" + metrics;
+    const auto at = text.find("\n" + name + " ");
+    INFO(name << " in\n" << metrics);
+    REQUIRE(at != std::string::npos);
+    return std::stod(text.substr(at + name.size() + 2));
 }
 
 }  // namespace gemma4::test
