@@ -306,19 +306,41 @@ TEST_CASE("serve: SIGTERM stops accepting, finishes in-flight streams and exits 
 #ifndef GEMMA4_HAVE_SERVE
     GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
 #endif
-    ServerProcess server({"--grace", "0.3"}, "shutdown");
+    ServerProcess server({"--grace", "0.3"}, "shutdown", slower_model());
     const int port = server.port();
-    Connection c(port);
-    c.send(request_text("POST", "/v1/chat/completions", chat_body("A very long story", 100000 , true).dump(), ""));
-    std::string got = c.receive();
+    // A reply as long as the context (seconds on this model), and a short one that ends in time.
+    Connection long_stream(port), short_stream(port);
+    long_stream.send(request_text("POST", "/v1/chat/completions", chat_body("A very long story", 100000, true).dump(), ""));
+    short_stream.send(request_text("POST", "/v1/chat/completions", chat_body("A short one", 5, true).dump(), ""));
+    std::string got = long_stream.receive();
     REQUIRE(!got.empty());
+    std::string got_short = short_stream.receive();  // both are being answered before the signal
+    REQUIRE(!got_short.empty());
+    const auto start = std::chrono::steady_clock::now();
     const auto status = server.stop(SIGTERM, std::chrono::seconds(30));
     REQUIRE(status);
     CHECK(*status == 0);
-    got += c.receive_all();
-    // The stream was ended properly (cancelled at the end of the grace period), not cut.
-    const auto r = parse_response(got);
-    const auto events = sse_data(r.body);
-    CHECK(events.back() == "[DONE]");
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    got += long_stream.receive_all();
+    // Both streams were ended properly, the long one cancelled after the grace period: a final
+    // chunk with its finish_reason, then [DONE]; not cut off mid-stream.
+    got_short += short_stream.receive_all();
+    for (const std::string& raw : {got, got_short}) {
+        const auto r = parse_response(raw);
+        const auto events = sse_data(r.body);
+        REQUIRE(events.size() >= 2);
+        CHECK(events.back() == "[DONE]");
+        CHECK(!json::parse(events[events.size() - 2])["choices"][0]["finish_reason"].is_null());
+    }
+    const auto events = sse_data(parse_response(got).body);
+    CHECK(events.size() < 4000);  // cancelled, not run to the end of the context
     CHECK(server.log().find("SIGTERM") != std::string::npos);
+    // Nothing listens any more.
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0);
+    ::close(fd);
 }

@@ -44,11 +44,24 @@ inline const std::filesystem::path& tiny_model() {
     return dir;
 }
 
+/// A larger tiny checkpoint (about a thousand tokens/s on one thread): a long reply is still
+/// running a second later.
+inline const std::filesystem::path& slower_model() {
+    static const std::filesystem::path dir = [] {
+        const auto d = temp_dir("server_slower_model") / "slower";
+        const auto r = run_cli("make-tiny --out " + d.string() + " --hidden-size 256 --intermediate-size 512 --layers 4 --max-positions 4096");
+        REQUIRE(r.status == 0);
+        return d;
+    }();
+    return dir;
+}
+
 class ServerProcess {
 public:
-    explicit ServerProcess(const std::vector<std::string>& args, const std::string& name = "server") {
+    explicit ServerProcess(const std::vector<std::string>& args, const std::string& name = "server",
+                           const std::filesystem::path& model = tiny_model()) {
         log_ = temp_dir("serve_" + name) / "stderr.txt";
-        std::vector<std::string> argv = {GEMMA4_CLI_PATH, "serve", "--model", tiny_model().string(), "--port", "0", "--threads", "1"};
+        std::vector<std::string> argv = {GEMMA4_CLI_PATH, "serve", "--model", model.string(), "--port", "0", "--threads", "1"};
         argv.insert(argv.end(), args.begin(), args.end());
         std::vector<char*> cargv;
         for (auto& a : argv) cargv.push_back(a.data());

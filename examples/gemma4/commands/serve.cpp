@@ -545,7 +545,7 @@ int run(cli::Args& args) {
         int received = 0;
         sigwait(&signals, &received);
         if (!by_signal.exchange(true) && received != 0) {
-            std::fprintf(stderr, "gemma4 serve: %s, finishing in-flight requests (up to %.0f s)\n", received == SIGINT ? "SIGINT" : "SIGTERM",
+            std::fprintf(stderr, "gemma4 serve: %s, finishing in-flight requests (up to %g s)\n", received == SIGINT ? "SIGINT" : "SIGTERM",
                          config.grace_seconds);
             std::fflush(stderr);
         }
