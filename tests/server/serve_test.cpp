@@ -310,8 +310,10 @@ TEST_CASE("serve: SIGTERM stops accepting, finishes in-flight streams and exits 
     const int port = server.port();
     // A reply as long as the context (seconds on this model), and a short one that ends in time.
     Connection long_stream(port), short_stream(port);
-    long_stream.send(request_text("POST", "/v1/chat/completions", chat_body("A very long story", 100000, true).dump(), ""));
-    short_stream.send(request_text("POST", "/v1/chat/completions", chat_body("A short one", 5, true).dump(), ""));
+    json long_body = chat_body("A very long story", 100000, true), short_body = chat_body("A short one", 5, true);
+    long_body["model"] = short_body["model"] = "slower";
+    long_stream.send(request_text("POST", "/v1/chat/completions", long_body.dump(), ""));
+    short_stream.send(request_text("POST", "/v1/chat/completions", short_body.dump(), ""));
     std::string got = long_stream.receive();
     REQUIRE(!got.empty());
     std::string got_short = short_stream.receive();  // both are being answered before the signal
@@ -326,7 +328,9 @@ TEST_CASE("serve: SIGTERM stops accepting, finishes in-flight streams and exits 
     // chunk with its finish_reason, then [DONE]; not cut off mid-stream.
     got_short += short_stream.receive_all();
     for (const std::string& raw : {got, got_short}) {
+        INFO("response ends with: " << raw.substr(raw.size() > 600 ? raw.size() - 600 : 0));
         const auto r = parse_response(raw);
+        REQUIRE(r.status == 200);
         const auto events = sse_data(r.body);
         REQUIRE(events.size() >= 2);
         CHECK(events.back() == "[DONE]");
