@@ -58,5 +58,12 @@ public:
     using Error::Error;
 };
 
+/// Engine::submit cannot take the request now: the waiting queue is at its bound
+/// (EngineOptions::max_queue) or the engine is shutting down. Retrying later may succeed.
+class QueueFullError : public Error {
+public:
+    using Error::Error;
+};
+
 }  // namespace GEMMA4_ABI
 }  // namespace gemma4

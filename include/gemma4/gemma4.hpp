@@ -9,6 +9,7 @@
 #include <gemma4/version.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/generate/chat.hpp>
+#include <gemma4/generate/engine.hpp>
 #include <gemma4/generate/generation_config.hpp>
 #include <gemma4/generate/sampler.hpp>
 #include <gemma4/generate/session.hpp>

@@ -1,0 +1,850 @@
+// Engine: continuous batching. Requests are submitted from any thread; one scheduler thread owned
+// by the engine steps every active sequence together, one Model::forward per step, so the weights
+// are read once per step for all of them. A request joins or leaves at any step.
+//
+// One step holds every decoding sequence's next id first, then prefill chunks of newly admitted
+// prompts up to `step_tokens` (an image's block is never split), so a long prompt does not
+// freeze the other streams. Admission is by memory: each running request reserves the KV pages
+// it may need at most (its prompt plus max_new_tokens, within the context; sliding layers only
+// their window), and prompts cached for reuse count too; requests that do not fit wait in a
+// bounded FIFO. A prompt that starts with an earlier prompt forks that prompt's pages (sliding
+// window state included) and prefills only the rest.
+//
+// Every forward kernel gives a token's outputs bit for bit whatever else shares its step, and a
+// request samples with its own Sampler, decoder and stop matcher as Session does, so each
+// request's output equals what a lone Session<T> produces for it.
+#pragma once
+
+#include <gemma4/abi.hpp>
+
+#include <gemma4/error.hpp>
+#include <gemma4/generate/sampler.hpp>
+#include <gemma4/generate/session.hpp>
+#include <gemma4/generate/stop.hpp>
+#include <gemma4/model/kv_cache.hpp>
+#include <gemma4/model/model.hpp>
+#include <gemma4/model/multimodal.hpp>
+#include <gemma4/tokenizer/streaming_decoder.hpp>
+#include <gemma4/tokenizer/tokenizer.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace gemma4 {
+inline namespace GEMMA4_ABI {
+
+/// What one forward step of the engine held (EngineOptions::on_step).
+struct EngineStepInfo {
+    std::int64_t decode_tokens = 0;   ///< one per decoding sequence
+    std::int64_t prefill_tokens = 0;  ///< prompt ids of the step's prefill chunks
+    std::int32_t sequences = 0;       ///< chunks in the step
+};
+
+struct EngineOptions {
+    std::int32_t max_sequences = 16;        ///< sequences stepped together
+    std::int64_t step_tokens = 512;         ///< token budget of one forward step: decode tokens first, then prefill chunks
+    std::size_t kv_bytes = 0;               ///< KV page budget that decides admission (0: no bound beyond max_sequences)
+    KVDtype kv_dtype = KVDtype::Float;
+    std::int64_t context = 0;               ///< per-request context limit (0: the model's max_position_embeddings)
+    std::int32_t max_queue = 64;            ///< waiting requests beyond this are rejected with QueueFullError
+    std::int32_t prefix_cache_entries = 16; ///< prompt prefixes kept for reuse (LRU); 0 disables reuse
+    /// Called on the scheduler thread after every forward step (monitoring, tests). Exceptions
+    /// it throws are ignored.
+    std::function<void(const EngineStepInfo&)> on_step{};
+};
+
+struct RequestStats {
+    double queue_seconds = 0;            ///< submit -> admitted
+    double time_to_first_token = 0;      ///< submit -> first sampled id
+    std::int64_t prompt_tokens = 0;      ///< ids of the prompt
+    std::int64_t reused_tokens = 0;      ///< of those, taken from the prefix cache (not prefilled)
+    std::int64_t generated_tokens = 0;
+    double generation_seconds = 0;       ///< first token -> finish
+    /// Ids generated after the first per second of generation_seconds.
+    double tokens_per_s() const {
+        return generation_seconds > 0 && generated_tokens > 1 ? static_cast<double>(generated_tokens - 1) / generation_seconds : 0;
+    }
+};
+
+template <class T>
+struct EngineRequest {
+    std::vector<std::int32_t> prompt;    ///< ids (a rendered chat is tokenized by the caller; placeholders expanded)
+    std::vector<ImageInput<T>> images;   ///< soft tokens for the prompt's image placeholders, in order (model/multimodal.hpp)
+    std::vector<AudioInput<T>> audios;
+    /// Sampling, end/stop ids, stop strings, max_new_tokens, on_token (called on the scheduler
+    /// thread; returning false cancels), cancel flag, prefill_chunk (a cap on this request's
+    /// chunks, below step_tokens).
+    GenerateOptions options;
+};
+
+/// What a finished request produced.
+struct EngineResult {
+    std::vector<std::int32_t> ids;
+    std::string text;                            ///< empty without a tokenizer
+    FinishReason finish = FinishReason::MaxTokens;  ///< Cancelled on cancel, shutdown or error
+    RequestStats stats;
+    std::exception_ptr error;                    ///< set if the request failed (e.g. on_token threw); ids/text then partial
+};
+
+/// Counters of an engine since it started, and its state now: a consistent snapshot.
+struct EngineStats {
+    std::int64_t requests_submitted = 0;  ///< accepted by submit
+    std::int64_t requests_finished = 0;   ///< completed in any way (cancelled and failed included)
+    std::int64_t requests_rejected = 0;   ///< submit threw (queue full, shutting down, invalid, too long)
+    std::int64_t requests_cancelled = 0;  ///< finished as Cancelled
+    std::int64_t prompt_tokens = 0;       ///< prompt ids of admitted requests
+    std::int64_t prefilled_tokens = 0;    ///< prompt ids run through the model (prompt_tokens minus reuse)
+    std::int64_t generated_tokens = 0;
+    std::int32_t queue_depth = 0;         ///< waiting for admission
+    std::int32_t active_sequences = 0;    ///< admitted and not finished
+    std::int64_t kv_pages_in_use = 0;     ///< sliding + full pages held (prefix cache included)
+    std::size_t kv_bytes_in_use = 0;
+    std::size_t kv_bytes_reserved = 0;    ///< admission's account: running requests' reservations + prefix cache
+    std::int64_t prefix_hits = 0, prefix_misses = 0, prefix_reused_tokens = 0;
+    std::int32_t prefix_entries = 0;      ///< prompts held by the prefix cache
+    std::int64_t prefix_cache_pages = 0;  ///< distinct pages those prompts hold
+    std::int64_t steps = 0;               ///< forward steps run
+    std::int64_t decode_tokens = 0;       ///< sampled ids fed back (one per decoding sequence and step)
+    std::int64_t mixed_steps = 0;         ///< steps that held decode tokens and prefill chunks together
+};
+
+namespace detail {
+
+/// What a RequestHandle and the scheduler share.
+struct EngineRequestState {
+    explicit EngineRequestState(std::uint64_t request_id) : id(request_id) {}
+    const std::uint64_t id;
+    std::atomic<bool> cancel{false};
+    mutable std::mutex mutex;
+    mutable std::condition_variable finished;
+    bool done = false;
+    EngineResult result;
+};
+
+}  // namespace detail
+
+/// A submitted request. Copyable; every member may be called from any thread, also after the
+/// engine is gone.
+class RequestHandle {
+public:
+    RequestHandle() = default;
+    bool valid() const { return state_ != nullptr; }
+    std::uint64_t id() const { return state().id; }
+    /// The request finishes as Cancelled at the engine's next step and frees its pages.
+    void cancel() const { state().cancel.store(true); }
+    bool done() const {
+        const auto& s = state();
+        std::lock_guard lock(s.mutex);
+        return s.done;
+    }
+    /// Blocks until the request has finished; rethrows nothing (see EngineResult::error).
+    EngineResult wait() const {
+        const auto& s = state();
+        std::unique_lock lock(s.mutex);
+        s.finished.wait(lock, [&] { return s.done; });
+        return s.result;
+    }
+    std::optional<EngineResult> wait_for(std::chrono::milliseconds timeout) const {
+        const auto& s = state();
+        std::unique_lock lock(s.mutex);
+        if (!s.finished.wait_for(lock, timeout, [&] { return s.done; })) return std::nullopt;
+        return s.result;
+    }
+
+private:
+    template <class>
+    friend class Engine;
+    explicit RequestHandle(std::shared_ptr<detail::EngineRequestState> state) : state_(std::move(state)) {}
+    detail::EngineRequestState& state() const {
+        if (!state_) throw InvalidArgument("RequestHandle: an empty handle (not returned by Engine::submit)");
+        return *state_;
+    }
+    std::shared_ptr<detail::EngineRequestState> state_;
+};
+
+template <class T>
+class Engine {
+public:
+    /// Starts the scheduler thread. `tokenizer` may be null (ids only; then stop strings are an
+    /// error). The model and tokenizer must outlive the engine.
+    Engine(const Model<T>& model, const Tokenizer* tokenizer, EngineOptions options = {})
+        : model_(&model), tokenizer_(tokenizer), options_(std::move(options)), context_(checked_context(model, options_)),
+          cache_(model.make_cache(KVCacheOptions{.max_bytes = 0,
+                                                 .max_sequences = options_.max_sequences + options_.prefix_cache_entries + 1,
+                                                 .kv_dtype = options_.kv_dtype})) {
+        const Gemma4Config& c = model.config();
+        for (AttentionKind kind : {AttentionKind::Sliding, AttentionKind::Full})
+            page_bytes_[kind == AttentionKind::Full] =
+                cache_.bytes_per_position(kind) * static_cast<std::size_t>(c.num_layers_of(kind) * KVCache<T>::kPageSize);
+        layers_of_[0] = c.num_layers_of(AttentionKind::Sliding);
+        layers_of_[1] = c.num_layers_of(AttentionKind::Full);
+        thread_ = std::thread([this] { run(); });
+    }
+
+    ~Engine() { shutdown(); }
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    /// Queues a request; any thread. Throws QueueFullError (queue at max_queue, or shutting
+    /// down), ContextLengthError (a prompt longer than the context, or a request whose
+    /// reservation exceeds the whole KV budget), InvalidArgument (empty prompt, ids outside the
+    /// vocabulary, soft tokens that do not match the placeholders, stop strings without a
+    /// tokenizer, bad sampling parameters).
+    RequestHandle submit(EngineRequest<T> request) {
+        std::unique_ptr<Job> job;
+        try {
+            job = prepare(std::move(request));
+        } catch (...) {
+            std::lock_guard lock(mutex_);
+            ++stats_.requests_rejected;
+            throw;
+        }
+        std::lock_guard lock(mutex_);
+        if (stopping_) {
+            ++stats_.requests_rejected;
+            throw QueueFullError("engine: shutting down, no new requests");
+        }
+        if (static_cast<std::int64_t>(queue_.size()) >= options_.max_queue) {
+            ++stats_.requests_rejected;
+            throw QueueFullError("engine: " + std::to_string(queue_.size()) + " requests are already waiting (max_queue)");
+        }
+        auto state = std::make_shared<detail::EngineRequestState>(next_id_++);
+        job->shared = state;
+        job->submitted = clock::now();
+        queue_.push_back(std::move(job));
+        ++stats_.requests_submitted;
+        stats_.queue_depth = static_cast<std::int32_t>(queue_.size());
+        wake_.notify_all();
+        return RequestHandle(std::move(state));
+    }
+
+    EngineStats stats() const {
+        std::lock_guard lock(mutex_);
+        return stats_;
+    }
+
+    /// Stops admitting (submit then throws QueueFullError), lets queued and running requests
+    /// go on for up to `grace`, cancels the rest, joins the scheduler. Idempotent.
+    void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0)) {
+        std::lock_guard once(shutdown_mutex_);
+        {
+            std::lock_guard lock(mutex_);
+            if (!stopping_) {
+                stopping_ = true;
+                deadline_ = clock::now() + grace;
+            }
+            wake_.notify_all();
+        }
+        if (thread_.joinable()) thread_.join();
+    }
+
+    /// Bytes of KV pages admission sets aside for a request of `prompt_tokens` ids (no images)
+    /// and up to `max_new_tokens` new ones, fed in chunks of at most `prefill_chunk`: what
+    /// kv_bytes must hold for it (with the prefix cache's pages on top).
+    std::size_t kv_bytes_needed(std::int64_t prompt_tokens, std::int64_t max_new_tokens, std::int64_t prefill_chunk = 512) const {
+        const std::int64_t positions = std::min(context_, prompt_tokens + std::max<std::int64_t>(0, max_new_tokens - 1));
+        return reservation_bytes(positions, std::min(prompt_tokens, std::min(options_.step_tokens, std::max<std::int64_t>(1, prefill_chunk))));
+    }
+
+    const Model<T>& model() const { return *model_; }
+    const Tokenizer* tokenizer() const { return tokenizer_; }
+    const EngineOptions& options() const { return options_; }
+    /// The context limit of every request (options().context, or the model's).
+    std::int64_t context() const { return context_; }
+
+private:
+    using clock = std::chrono::steady_clock;
+
+    struct Job {
+        std::shared_ptr<detail::EngineRequestState> shared;
+        EngineRequest<T> request;
+        SoftTokenPlan<T> plan;
+        bool has_soft = false;
+        bool cacheable = false;  ///< no placeholders: its ids alone decide its K/V
+        std::optional<Sampler> sampler;
+        std::optional<StreamingDecoder> decoder;
+        std::optional<StopMatcher> stops;
+        std::size_t reservation = 0;      ///< bytes admission set aside for it
+        clock::time_point submitted, admitted;
+        std::optional<clock::time_point> first;
+        bool running = false;
+        SeqId seq = -1;
+        std::int64_t fed = 0;            ///< prompt ids in the cache (reused ones included)
+        std::int64_t rows_before = 0;    ///< placeholder rows of the prompt before `fed`
+        std::int32_t pending = -1;       ///< the sampled id the next step feeds
+        EngineResult result;
+
+        bool cancelled() const {
+            return shared->cancel.load() || (request.options.cancel && request.options.cancel->load());
+        }
+        std::int64_t prompt_size() const { return static_cast<std::int64_t>(request.prompt.size()); }
+    };
+
+    struct PrefixEntry {
+        std::vector<std::int32_t> ids;
+        SeqId seq;
+        std::size_t bytes;
+        std::uint64_t last_use;
+    };
+
+    static std::int64_t checked_context(const Model<T>& model, const EngineOptions& o) {
+        const std::int64_t max = model.config().max_position_embeddings;
+        if (o.max_sequences < 1) throw InvalidArgument("EngineOptions::max_sequences must be >= 1, not " + std::to_string(o.max_sequences));
+        if (o.step_tokens < 1) throw InvalidArgument("EngineOptions::step_tokens must be >= 1, not " + std::to_string(o.step_tokens));
+        if (o.max_queue < 0) throw InvalidArgument("EngineOptions::max_queue must be >= 0, not " + std::to_string(o.max_queue));
+        if (o.prefix_cache_entries < 0)
+            throw InvalidArgument("EngineOptions::prefix_cache_entries must be >= 0, not " + std::to_string(o.prefix_cache_entries));
+        if (o.context < 0 || o.context > max)
+            throw InvalidArgument("EngineOptions::context of " + std::to_string(o.context) + " is outside [0, " + std::to_string(max) +
+                                  "] (max_position_embeddings)");
+        return o.context ? o.context : max;
+    }
+
+    // ---- submit (caller's thread) ------------------------------------------------------------
+
+    std::unique_ptr<Job> prepare(EngineRequest<T> request) {
+        const Gemma4Config& c = model_->config();
+        const GenerateOptions& o = request.options;
+        const auto& prompt = request.prompt;
+        if (prompt.empty()) throw InvalidArgument("engine: empty prompt");
+        if (o.max_new_tokens < 0) throw InvalidArgument("engine: max_new_tokens must be >= 0, not " + std::to_string(o.max_new_tokens));
+        bool placeholders = false;
+        for (std::size_t i = 0; i < prompt.size(); ++i) {
+            if (prompt[i] < 0 || prompt[i] >= c.vocab_size)
+                throw InvalidArgument("engine: token id " + std::to_string(prompt[i]) + " at index " + std::to_string(i) +
+                                      " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+            if (prompt[i] == c.tokens.video) throw InvalidArgument("engine: video input is not supported (id at index " + std::to_string(i) + ")");
+            placeholders = placeholders || model_->is_placeholder(prompt[i]);
+        }
+        const auto P = static_cast<std::int64_t>(prompt.size());
+        if (P > context_)
+            throw ContextLengthError("engine: prompt of " + std::to_string(P) + " tokens exceeds the context of " + std::to_string(context_) +
+                                     " tokens");
+        if (!o.stop_strings.empty() && !tokenizer_) throw InvalidArgument("engine: stop strings need a tokenizer; this engine has none");
+
+        auto job = std::make_unique<Job>();
+        job->stops.emplace(o.stop_strings);
+        if (tokenizer_) job->decoder.emplace(*tokenizer_);
+        // As Session: placeholders stand for soft tokens that a sampled id would not have.
+        SamplingParams sampling = o.sampling;
+        sampling.suppress_tokens.insert(sampling.suppress_tokens.end(), {c.tokens.image, c.tokens.audio, c.tokens.video});
+        job->sampler.emplace(std::move(sampling));
+        job->sampler->set_prompt(prompt);
+        if (placeholders || !request.images.empty() || !request.audios.empty()) {
+            job->plan = plan_soft_tokens<T>(*model_, prompt, request.images, request.audios);
+            job->has_soft = true;
+            request.images.clear();  // embedded into the plan: the patches are no longer needed
+            request.audios.clear();
+        }
+        job->cacheable = !placeholders;
+
+        std::int64_t largest_block = 0;
+        for (std::size_t i = 0, run = 0; i < job->plan.blocks.size(); ++i) {
+            const std::int32_t b = job->plan.blocks[i];
+            run = b >= 0 && i > 0 && job->plan.blocks[i - 1] == b ? run + 1 : (b >= 0 ? 1 : 0);
+            largest_block = std::max(largest_block, static_cast<std::int64_t>(run));
+        }
+        // The last sampled id is never fed, so max_new_tokens ids need max_new_tokens - 1 positions.
+        job->reservation = std::max(kv_bytes_needed(P, o.max_new_tokens, o.prefill_chunk),
+                                    reservation_bytes(std::min(context_, P + std::max<std::int64_t>(0, o.max_new_tokens - 1)),
+                                                      std::min(P, largest_block)));
+        if (options_.kv_bytes && job->reservation > options_.kv_bytes)
+            throw ContextLengthError("engine: a request of " + std::to_string(P) + " prompt tokens and up to " +
+                                     std::to_string(o.max_new_tokens) + " new ones needs " + std::to_string(job->reservation) +
+                                     " bytes of KV pages, more than the budget of " + std::to_string(options_.kv_bytes) + " (kv_bytes)");
+        job->request = std::move(request);
+        job->result.stats.prompt_tokens = P;
+        return job;
+    }
+
+    /// The most bytes of pages a sequence of up to `positions` positions holds at once, fed in
+    /// chunks of at most `chunk` ids: every full-attention page, and the sliding pages that
+    /// intersect the window plus one chunk (KVCache::reserve / advance).
+    std::size_t reservation_bytes(std::int64_t positions, std::int64_t chunk) const {
+        constexpr std::int64_t page = KVCache<T>::kPageSize;
+        const std::int64_t all = (positions + page - 1) / page;
+        const std::int64_t sliding = std::min(all, (cache_.window() - 1 + chunk + page - 1) / page + 1);
+        return static_cast<std::size_t>(layers_of_[0] ? sliding : 0) * page_bytes_[0] +
+               static_cast<std::size_t>(layers_of_[1] ? all : 0) * page_bytes_[1];
+    }
+
+    // ---- the scheduler thread ----------------------------------------------------------------
+
+    void run() {
+        for (;;) {
+            bool stop_now = false;
+            {
+                std::unique_lock lock(mutex_);
+                wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
+                if (stopping_ && (clock::now() >= deadline_ || (queue_.empty() && active_.empty()))) stop_now = true;
+            }
+            if (stop_now) break;
+            drop_cancelled();
+            admit();
+            if (!active_.empty()) step();
+        }
+        // Shutdown: what is left is cancelled.
+        std::deque<std::unique_ptr<Job>> left;
+        {
+            std::lock_guard lock(mutex_);
+            left.swap(queue_);
+        }
+        for (auto& job : left) finish(*job, FinishReason::Cancelled);
+        for (auto& job : active_) finish(*job, FinishReason::Cancelled);
+        active_.clear();
+        while (!prefixes_.empty()) evict(0);
+        publish();
+    }
+
+    void drop_cancelled() {
+        std::vector<std::unique_ptr<Job>> dropped;
+        {
+            std::lock_guard lock(mutex_);
+            for (auto it = queue_.begin(); it != queue_.end();)
+                if ((*it)->cancelled()) {
+                    dropped.push_back(std::move(*it));
+                    it = queue_.erase(it);
+                } else {
+                    ++it;
+                }
+        }
+        for (auto& job : dropped) finish(*job, FinishReason::Cancelled);
+        for (auto it = active_.begin(); it != active_.end();)
+            if ((*it)->cancelled()) {
+                finish(**it, FinishReason::Cancelled);
+                it = active_.erase(it);
+            } else {
+                ++it;
+            }
+        if (!dropped.empty()) publish();
+    }
+
+    /// The longest stored prompt that is a proper prefix of `ids` (one id at least is left to feed).
+    std::optional<std::size_t> longest_prefix(const std::vector<std::int32_t>& ids) const {
+        std::optional<std::size_t> best;
+        for (std::size_t i = 0; i < prefixes_.size(); ++i) {
+            const auto& e = prefixes_[i].ids;
+            if (e.size() < ids.size() && std::equal(e.begin(), e.end(), ids.begin()) && (!best || e.size() > prefixes_[*best].ids.size()))
+                best = i;
+        }
+        return best;
+    }
+
+    std::size_t prefix_bytes() const {
+        std::size_t b = 0;
+        for (const auto& e : prefixes_) b += e.bytes;
+        return b;
+    }
+
+    /// Admits queued requests in FIFO order while sequences and the KV budget allow; evicts
+    /// stored prefixes (least recently used first, the one the request would reuse last) when
+    /// that makes room.
+    void admit() {
+        for (;;) {
+            Job* job = nullptr;
+            {
+                std::lock_guard lock(mutex_);
+                if (queue_.empty()) return;
+                job = queue_.front().get();
+            }
+            if (static_cast<std::int32_t>(active_.size()) >= options_.max_sequences) return;
+            std::optional<std::size_t> match = options_.prefix_cache_entries ? longest_prefix(job->request.prompt) : std::nullopt;
+            if (options_.kv_bytes) {
+                if (reserved_ + job->reservation > options_.kv_bytes) return;  // waits for running requests to finish
+                while (reserved_ + prefix_bytes() + job->reservation > options_.kv_bytes) {
+                    std::size_t victim = prefixes_.size();
+                    for (std::size_t i = 0; i < prefixes_.size(); ++i)
+                        if ((!match || i != *match) && (victim == prefixes_.size() || prefixes_[i].last_use < prefixes_[victim].last_use))
+                            victim = i;
+                    if (victim == prefixes_.size()) victim = *match;  // only the match is left
+                    if (match && victim == *match) match.reset();
+                    else if (match && victim < *match) --*match;
+                    evict(victim);
+                }
+            }
+            std::unique_ptr<Job> owned;
+            {
+                std::lock_guard lock(mutex_);
+                owned = std::move(queue_.front());
+                queue_.pop_front();
+            }
+            try {
+                start(*owned, match);
+            } catch (...) {
+                finish(*owned, FinishReason::Cancelled, std::current_exception());
+                publish();
+                continue;
+            }
+            active_.push_back(std::move(owned));
+            publish();
+        }
+    }
+
+    void start(Job& job, std::optional<std::size_t> match) {
+        job.admitted = clock::now();
+        job.result.stats.queue_seconds = std::chrono::duration<double>(job.admitted - job.submitted).count();
+        if (match) {
+            PrefixEntry& e = prefixes_[*match];
+            job.seq = cache_.fork(e.seq);
+            e.last_use = ++tick_;
+            job.fed = static_cast<std::int64_t>(e.ids.size());
+        } else {
+            job.seq = cache_.add_sequence();
+        }
+        job.running = true;
+        ++running_;
+        reserved_ += job.reservation;
+        job.result.stats.reused_tokens = job.fed;
+        std::lock_guard lock(mutex_);
+        stats_.prompt_tokens += job.prompt_size();
+        if (options_.prefix_cache_entries) {
+            if (match) {
+                ++stats_.prefix_hits;
+                stats_.prefix_reused_tokens += job.fed;
+            } else {
+                ++stats_.prefix_misses;
+            }
+        }
+    }
+
+    struct Chunk {
+        Job* job;
+        std::int64_t begin = 0, end = 0;  ///< prompt ids [begin, end); decode chunks feed `pending`
+        std::int64_t rows = 0;            ///< placeholder rows in it
+        bool decode = false;
+    };
+
+    void step() {
+        std::vector<Chunk> plan;
+        std::int64_t decode = 0, prefill = 0;
+        for (auto& job : active_)
+            if (job->pending >= 0) {
+                plan.push_back({job.get(), 0, 0, 0, true});
+                ++decode;
+            }
+        std::int64_t budget = options_.step_tokens - decode;
+        for (auto& owned : active_) {
+            Job& job = *owned;
+            if (job.pending >= 0) continue;
+            if (budget <= 0 && prefill > 0) break;
+            // A step always prefills something when a prompt waits, even if decode tokens fill the budget.
+            const std::int64_t P = job.prompt_size(), at = job.fed;
+            const std::int64_t limit = std::min(std::max<std::int64_t>(1, budget), std::max<std::int64_t>(1, job.request.options.prefill_chunk));
+            std::int64_t end = at + std::min(P - at, limit);
+            const auto& blocks = job.plan.blocks;
+            auto block = [&](std::int64_t i) { return blocks[static_cast<std::size_t>(i)]; };
+            if (!blocks.empty() && end < P && block(end) >= 0 && block(end) == block(end - 1)) {
+                // `end` would split an image: stop before it, or take it whole if it starts the chunk.
+                std::int64_t start = end;
+                while (start > at && block(start - 1) == block(end)) --start;
+                if (start > at) {
+                    end = start;
+                } else {
+                    std::int64_t stop = end;
+                    while (stop < P && block(stop) == block(end)) ++stop;
+                    if (stop - at > budget && prefill > 0) continue;  // the first chunk of a later step takes it
+                    end = stop;
+                }
+            }
+            std::int64_t rows = 0;
+            for (std::int64_t i = at; i < end; ++i) rows += model_->is_placeholder(job.request.prompt[static_cast<std::size_t>(i)]);
+            plan.push_back({&job, at, end, rows, false});
+            budget -= end - at;
+            prefill += end - at;
+        }
+        if (plan.empty()) return;
+
+        std::vector<SequenceChunk> batch;
+        for (const Chunk& ch : plan) {
+            if (ch.decode) batch.push_back({ch.job->seq, std::span<const std::int32_t>(&ch.job->pending, 1)});
+            else batch.push_back({ch.job->seq, std::span<const std::int32_t>(ch.job->request.prompt).subspan(
+                                                   static_cast<std::size_t>(ch.begin), static_cast<std::size_t>(ch.end - ch.begin))});
+        }
+        // Soft tokens of the step: the chunks' rows in order; image blocks renumbered so that
+        // two requests' images never share a block id.
+        std::vector<T> soft_rows;
+        std::vector<std::int32_t> soft_blocks;
+        const std::int64_t H = model_->config().hidden_size;
+        bool any_blocks = false;
+        for (const Chunk& ch : plan) any_blocks = any_blocks || (!ch.decode && !ch.job->plan.blocks.empty());
+        std::int32_t block_offset = 0;
+        for (const Chunk& ch : plan) {
+            const std::int64_t n = ch.decode ? 1 : ch.end - ch.begin;
+            if (ch.decode || !ch.job->has_soft) {
+                if (any_blocks) soft_blocks.insert(soft_blocks.end(), static_cast<std::size_t>(n), -1);
+                continue;
+            }
+            const SoftTokens<T> part = ch.job->plan.slice(static_cast<std::size_t>(ch.begin), static_cast<std::size_t>(ch.end),
+                                                          ch.job->rows_before, ch.rows, H);
+            soft_rows.insert(soft_rows.end(), part.rows.begin(), part.rows.end());
+            if (!any_blocks) continue;
+            if (part.blocks.empty()) {
+                soft_blocks.insert(soft_blocks.end(), static_cast<std::size_t>(n), -1);
+                continue;
+            }
+            std::int32_t top = -1;
+            for (std::int32_t b : part.blocks) {
+                soft_blocks.push_back(b >= 0 ? b + block_offset : -1);
+                top = std::max(top, b);
+            }
+            block_offset += top + 1;
+        }
+
+        Logits<T> logits;
+        try {
+            logits = model_->forward(std::span<const SequenceChunk>(batch), cache_, SoftTokens<T>{soft_rows, soft_blocks}, LogitsMode::Last);
+        } catch (...) {
+            // Not attributable to one request (submit validated each): the step's requests fail.
+            const std::exception_ptr error = std::current_exception();
+            std::set<const Job*> failed;
+            for (const Chunk& ch : plan) failed.insert(ch.job);
+            for (auto it = active_.begin(); it != active_.end();)
+                if (failed.count(it->get())) {
+                    finish(**it, FinishReason::Cancelled, error);
+                    it = active_.erase(it);
+                } else {
+                    ++it;
+                }
+            publish();
+            return;
+        }
+        {
+            std::lock_guard lock(mutex_);
+            ++stats_.steps;
+            stats_.prefilled_tokens += prefill;
+            stats_.decode_tokens += decode;
+            if (decode > 0 && prefill > 0) ++stats_.mixed_steps;
+        }
+
+        std::set<const Job*> done;
+        for (std::size_t i = 0; i < plan.size(); ++i) {
+            const Chunk& ch = plan[i];
+            Job& job = *ch.job;
+            if (!ch.decode) {
+                job.fed = ch.end;
+                job.rows_before += ch.rows;
+                if (job.fed < job.prompt_size()) continue;
+                if (options_.prefix_cache_entries && job.cacheable) store_prefix(job);
+            }
+            job.pending = -1;
+            std::optional<FinishReason> finished;
+            std::exception_ptr error;
+            try {
+                finished = sample(job, logits.row(static_cast<std::int64_t>(i)));
+            } catch (...) {
+                finished = FinishReason::Cancelled;
+                error = std::current_exception();
+            }
+            if (finished) {
+                finish(job, *finished, error);
+                done.insert(&job);
+            }
+        }
+        if (!done.empty())
+            active_.erase(std::remove_if(active_.begin(), active_.end(), [&](const auto& j) { return done.count(j.get()) > 0; }),
+                          active_.end());
+        publish();
+        if (options_.on_step) {
+            try {
+                options_.on_step(EngineStepInfo{decode, prefill, static_cast<std::int32_t>(plan.size())});
+            } catch (...) {
+            }
+        }
+    }
+
+    /// One iteration of Session::generate's loop for `job`, given its logits: the same checks in
+    /// the same order. Returns the finish reason, or nothing when the sampled id is to be fed.
+    std::optional<FinishReason> sample(Job& job, std::span<const T> logits) {
+        const GenerateOptions& o = job.request.options;
+        EngineResult& r = job.result;
+        if (r.stats.generated_tokens >= o.max_new_tokens) return FinishReason::MaxTokens;
+        if (job.cancelled()) return FinishReason::Cancelled;
+        row_.resize(logits.size());
+        for (std::size_t i = 0; i < logits.size(); ++i) row_[i] = static_cast<float>(logits[i]);
+        const std::int32_t id = job.sampler->sample(row_);
+        job.sampler->accept(id);
+        if (!job.first) {
+            job.first = clock::now();
+            r.stats.time_to_first_token = std::chrono::duration<double>(*job.first - job.submitted).count();
+        }
+        r.ids.push_back(id);
+        ++r.stats.generated_tokens;
+        {
+            std::lock_guard lock(mutex_);
+            ++stats_.generated_tokens;
+        }
+        std::string piece;
+        bool stopped_by_string = false;
+        if (job.decoder) {
+            const StopStep s = job.stops->feed(job.decoder->push(id));
+            piece = s.text;
+            stopped_by_string = s.stopped;
+        }
+        r.text += piece;
+        const bool keep_going = !o.on_token || o.on_token(id, piece);
+        if (stopped_by_string) return FinishReason::StopString;
+        if (o.end_ids.empty() ? model_->config().tokens.is_eos(id) : std::find(o.end_ids.begin(), o.end_ids.end(), id) != o.end_ids.end())
+            return FinishReason::EndToken;
+        if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) return FinishReason::StopId;
+        if (!keep_going) return FinishReason::Cancelled;
+        if (cache_.length(job.seq) + 1 > context_) return FinishReason::ContextFull;
+        if (r.stats.generated_tokens >= o.max_new_tokens) return FinishReason::MaxTokens;
+        job.pending = id;
+        return std::nullopt;
+    }
+
+    /// Keeps the state of `job`'s sequence at the end of its prompt for later requests.
+    void store_prefix(Job& job) {
+        const auto& ids = job.request.prompt;
+        for (auto& e : prefixes_)
+            if (e.ids == ids) {
+                e.last_use = ++tick_;
+                return;
+            }
+        const std::size_t bytes = held_bytes(job.seq);
+        // Room in the budget and in the LRU: evict the least recently used.
+        while (!prefixes_.empty() &&
+               (static_cast<std::int32_t>(prefixes_.size()) >= options_.prefix_cache_entries ||
+                (options_.kv_bytes && reserved_ + prefix_bytes() + bytes > options_.kv_bytes)))
+            evict(least_recent());
+        if (options_.kv_bytes && reserved_ + prefix_bytes() + bytes > options_.kv_bytes) return;
+        prefixes_.push_back({ids, cache_.fork(job.seq), bytes, ++tick_});
+        prefix_pages_dirty_ = true;
+    }
+
+    std::size_t least_recent() const {
+        std::size_t v = 0;
+        for (std::size_t i = 1; i < prefixes_.size(); ++i)
+            if (prefixes_[i].last_use < prefixes_[v].last_use) v = i;
+        return v;
+    }
+
+    void evict(std::size_t i) {
+        cache_.remove_sequence(prefixes_[i].seq);
+        prefixes_.erase(prefixes_.begin() + static_cast<std::ptrdiff_t>(i));
+        prefix_pages_dirty_ = true;
+    }
+
+    /// Bytes of the pages sequence s holds (shared ones included).
+    std::size_t held_bytes(SeqId s) const {
+        std::size_t b = 0;
+        const std::int64_t len = cache_.length(s);
+        for (std::int64_t pos = 0; pos < len; pos += KVCache<T>::kPageSize) {
+            if (cache_.page_of(s, AttentionKind::Sliding, pos) >= 0) b += page_bytes_[0];
+            if (cache_.page_of(s, AttentionKind::Full, pos) >= 0) b += page_bytes_[1];
+        }
+        return b;
+    }
+
+    /// Completes `job`: flushes its text as Session does, frees its pages, hands the result over.
+    void finish(Job& job, FinishReason reason, std::exception_ptr error = nullptr) {
+        EngineResult& r = job.result;
+        r.finish = reason;
+        r.error = error;
+        if (!error && reason != FinishReason::StopString && job.decoder) {
+            try {
+                const std::string rest = job.stops->feed(job.decoder->finish()).text + job.stops->flush();
+                r.text += rest;
+                if (!rest.empty() && job.request.options.on_token) job.request.options.on_token(-1, rest);
+            } catch (...) {
+                r.error = std::current_exception();
+                r.finish = FinishReason::Cancelled;
+            }
+        }
+        if (job.running) {
+            cache_.remove_sequence(job.seq);
+            job.seq = -1;
+            reserved_ -= job.reservation;
+            job.running = false;
+            --running_;
+        }
+        if (job.first) r.stats.generation_seconds = std::chrono::duration<double>(clock::now() - *job.first).count();
+        {
+            std::lock_guard lock(mutex_);
+            ++stats_.requests_finished;
+            if (r.finish == FinishReason::Cancelled) ++stats_.requests_cancelled;
+            publish_locked();
+        }
+        detail::EngineRequestState& s = *job.shared;
+        {
+            std::lock_guard lock(s.mutex);
+            s.result = std::move(r);
+            s.done = true;
+        }
+        s.finished.notify_all();
+    }
+
+    /// Copies the scheduler's state into the snapshot stats() returns.
+    void publish() {
+        std::lock_guard lock(mutex_);
+        publish_locked();
+    }
+    void publish_locked() {
+        if (prefix_pages_dirty_) {
+            std::set<std::pair<int, std::int32_t>> pages;
+            for (const auto& e : prefixes_)
+                for (std::int64_t pos = 0; pos < cache_.length(e.seq); pos += KVCache<T>::kPageSize)
+                    for (int k = 0; k < 2; ++k) {
+                        const std::int32_t p = cache_.page_of(e.seq, k ? AttentionKind::Full : AttentionKind::Sliding, pos);
+                        if (p >= 0) pages.insert({k, p});
+                    }
+            prefix_cache_pages_ = static_cast<std::int64_t>(pages.size());
+            prefix_pages_dirty_ = false;
+        }
+        stats_.queue_depth = static_cast<std::int32_t>(queue_.size());
+        stats_.active_sequences = running_;  // not active_.size(): finish() runs before the erase
+        stats_.kv_pages_in_use = cache_.pages_in_use(AttentionKind::Sliding) + cache_.pages_in_use(AttentionKind::Full);
+        stats_.kv_bytes_in_use = cache_.bytes_in_use();
+        stats_.kv_bytes_reserved = reserved_ + prefix_bytes();
+        stats_.prefix_entries = static_cast<std::int32_t>(prefixes_.size());
+        stats_.prefix_cache_pages = prefix_cache_pages_;
+    }
+
+    const Model<T>* model_;
+    const Tokenizer* tokenizer_;
+    const EngineOptions options_;
+    const std::int64_t context_;
+    std::size_t page_bytes_[2] = {0, 0};  // sliding, full
+    std::int64_t layers_of_[2] = {0, 0};
+
+    // Shared with submitters and stats readers, under mutex_.
+    mutable std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<std::unique_ptr<Job>> queue_;
+    bool stopping_ = false;
+    clock::time_point deadline_{};
+    EngineStats stats_{};
+    std::uint64_t next_id_ = 1;
+
+    // The scheduler thread's own (the cache is read under mutex_ by publish_locked on that thread).
+    KVCache<T> cache_;
+    std::vector<std::unique_ptr<Job>> active_;
+    std::vector<PrefixEntry> prefixes_;
+    std::uint64_t tick_ = 0;
+    std::size_t reserved_ = 0;
+    std::int32_t running_ = 0;  // admitted, not finished
+    bool prefix_pages_dirty_ = false;
+    std::int64_t prefix_cache_pages_ = 0;
+    std::vector<float> row_;
+
+    std::mutex shutdown_mutex_;
+    std::thread thread_;  // last: starts once everything above exists
+};
+
+}  // namespace GEMMA4_ABI
+}  // namespace gemma4

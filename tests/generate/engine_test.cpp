@@ -1,0 +1,507 @@
+// Engine: continuously batched requests give exactly what a lone Session gives each of them
+// (greedy and seeded sampling, bf16 and int8 weights), whatever joins or leaves meanwhile;
+// prefill is chunked between decode steps; prefixes are reused; admission waits for the KV
+// budget and the queue is bounded; cancellation and shutdown free everything.
+#include <catch2/catch.hpp>
+
+#include <gemma4/generate/engine.hpp>
+#include <gemma4/model/random_checkpoint.hpp>
+#include <gemma4/tokenizer/tiny_tokenizer.hpp>
+
+#include "support/temp_dir.hpp"
+
+#include <atomic>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+using namespace gemma4;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Fixture {
+    std::filesystem::path dir;
+    TinyTokenizerInfo info;
+    Tokenizer tokenizer;
+    Model<float> model;       // bf16 weights
+    Model<float> model_int8;  // Q8 weights
+};
+
+const Fixture& fixture() {
+    static const Fixture f = [] {
+        const auto dir = test::temp_dir("engine_model");
+        const TinyTokenizerInfo info = write_tiny_tokenizer(dir / "tokenizer");
+        Gemma4Config c = tiny_config();
+        c.vocab_size = info.vocab_size;
+        c.tokens.eos = {info.eos, info.turn_end};
+        c.tokens.image = info.image;
+        c.tokens.audio = info.audio;
+        c.tokens.video = info.video;
+        c.tokens.boi = info.image_start;
+        c.tokens.eoi = info.image_end;
+        c.tokens.boa = info.audio_start;
+        c.tokens.eoa = info.audio_end;
+        c.max_position_embeddings = 256;
+        write_random_checkpoint(dir, c, {.seed = 23});
+        LoadOptions int8;
+        int8.format = WeightFormat::Int8;
+        return Fixture{dir, info, Tokenizer::from_file(info.tokenizer_json), Model<float>::load(dir, ModelOptions{2}),
+                       Model<float>::load(dir, ModelOptions{2}, int8)};
+    }();
+    return f;
+}
+
+/// n ids from `seed`: plain tokens (no placeholders), starting with BOS.
+std::vector<std::int32_t> prompt_ids(int seed, std::size_t n) {
+    const Model<float>& model = fixture().model;
+    const auto vocab = static_cast<std::int32_t>(model.config().vocab_size);
+    std::vector<std::int32_t> ids = {fixture().info.bos};
+    for (std::size_t i = 0; ids.size() < n; ++i) {
+        const auto id = static_cast<std::int32_t>((7 + 31 * seed + 13 * static_cast<std::int64_t>(i) + static_cast<std::int64_t>(i * i)) % (vocab - 4)) + 4;
+        if (!model.is_placeholder(id) && id != fixture().info.image_start && id != fixture().info.audio_start) ids.push_back(id);
+    }
+    return ids;
+}
+
+std::vector<std::int32_t> concat(std::vector<std::int32_t> a, const std::vector<std::int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+GenerateOptions greedy(std::int64_t max_new_tokens) {
+    GenerateOptions o;
+    o.max_new_tokens = max_new_tokens;
+    o.sampling.temperature = 0.0;
+    return o;
+}
+
+/// Greedy with no end id, so that the request runs to max_new_tokens (or the context).
+GenerateOptions endless(std::int64_t max_new_tokens) {
+    GenerateOptions o = greedy(max_new_tokens);
+    o.end_ids = {-1};
+    return o;
+}
+
+GenerateOptions seeded(std::int64_t max_new_tokens, std::uint64_t seed) {
+    GenerateOptions o;
+    o.max_new_tokens = max_new_tokens;
+    o.sampling = SamplingParams{.temperature = 0.9, .top_k = 50, .seed = seed};
+    return o;
+}
+
+/// What a lone Session produces for the request.
+GenerationResult lone(const Model<float>& model, const std::vector<std::int32_t>& prompt, const GenerateOptions& o,
+                      const SoftTokenPlan<float>* soft = nullptr) {
+    Session<float> session(model, &fixture().tokenizer);
+    return session.generate(std::span<const std::int32_t>(prompt), o, soft);
+}
+
+void check_same(const EngineResult& got, const GenerationResult& expected) {
+    if (got.error) {
+        try {
+            std::rethrow_exception(got.error);
+        } catch (const std::exception& e) {
+            FAIL("request failed: " << e.what());
+        }
+    }
+    CHECK(got.ids == expected.ids);
+    CHECK(got.text == expected.text);
+    CHECK(got.finish == expected.finish);
+    CHECK(got.stats.generated_tokens == expected.stats.generated_tokens);
+}
+
+EngineRequest<float> request(std::vector<std::int32_t> prompt, GenerateOptions o) {
+    EngineRequest<float> r;
+    r.prompt = std::move(prompt);
+    r.options = std::move(o);
+    return r;
+}
+
+/// Waits until `pred` holds (polling), failing after a few seconds.
+template <class F>
+void wait_until(F&& pred) {
+    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    while (!pred()) {
+        REQUIRE(std::chrono::steady_clock::now() < give_up);
+        std::this_thread::sleep_for(1ms);
+    }
+}
+
+struct StepLog {
+    std::mutex mutex;
+    std::vector<EngineStepInfo> steps;
+    std::function<void(const EngineStepInfo&)> hook() {
+        return [this](const EngineStepInfo& s) {
+            std::lock_guard lock(mutex);
+            steps.push_back(s);
+        };
+    }
+    std::vector<EngineStepInfo> get() {
+        std::lock_guard lock(mutex);
+        return steps;
+    }
+};
+
+void check_sixteen_concurrent(const Model<float>& model) {
+    struct Spec {
+        std::vector<std::int32_t> prompt;
+        GenerateOptions options;
+    };
+    std::vector<Spec> specs;
+    for (int i = 0; i < 16; ++i) {
+        const std::size_t length = 3 + static_cast<std::size_t>((i * 11) % 45);
+        const std::int64_t max_new = 4 + (i * 7) % 17;
+        specs.push_back({prompt_ids(i, length), i % 4 == 3 ? seeded(max_new, 1000 + static_cast<std::uint64_t>(i)) : greedy(max_new)});
+        if (i % 5 == 2) specs.back().options.stop_strings = {"e"};  // text stops go through the engine's matcher
+    }
+    std::vector<GenerationResult> expected;
+    for (const Spec& s : specs) expected.push_back(lone(model, s.prompt, s.options));
+
+    // Fewer sequences than requests and a small step: requests queue, join and leave at
+    // different steps, and prefill chunks share steps with decoding.
+    Engine<float> engine(model, &fixture().tokenizer, {.max_sequences = 6, .step_tokens = 16});
+    std::vector<RequestHandle> handles(16);
+    std::vector<std::string> streamed(16);
+    std::atomic<bool> failed{false};
+    std::vector<std::thread> submitters;
+    for (int t = 0; t < 4; ++t)
+        submitters.emplace_back([&, t] {
+            try {
+                // The later threads wait until the first requests are generating.
+                if (t >= 2)
+                    while (engine.stats().generated_tokens < 4 * t) std::this_thread::sleep_for(100us);
+                for (int k = 0; k < 4; ++k) {
+                    const auto i = static_cast<std::size_t>(t * 4 + k);
+                    GenerateOptions o = specs[i].options;
+                    o.on_token = [&streamed, i](std::int32_t, std::string_view text) {
+                        streamed[i] += text;
+                        return true;
+                    };
+                    handles[i] = engine.submit(request(specs[i].prompt, o));
+                }
+            } catch (...) {
+                failed = true;
+            }
+        });
+    for (auto& t : submitters) t.join();
+    REQUIRE_FALSE(failed.load());
+    for (std::size_t i = 0; i < 16; ++i) {
+        INFO("request " << i << " of prompt length " << specs[i].prompt.size());
+        const EngineResult r = handles[i].wait();
+        check_same(r, expected[i]);
+        CHECK(streamed[i] == r.text);
+        CHECK(r.stats.prompt_tokens == static_cast<std::int64_t>(specs[i].prompt.size()));
+    }
+    const EngineStats s = engine.stats();
+    CHECK(s.requests_submitted == 16);
+    CHECK(s.requests_finished == 16);
+    CHECK(s.active_sequences == 0);
+    CHECK(s.queue_depth == 0);
+    CHECK(s.mixed_steps > 0);
+    CHECK(s.kv_pages_in_use == s.prefix_cache_pages);  // only the prefix cache holds pages
+}
+
+}  // namespace
+
+TEST_CASE("16 concurrent requests each equal a lone session (bf16 weights)", "[engine]") {
+    check_sixteen_concurrent(fixture().model);
+}
+
+TEST_CASE("16 concurrent requests each equal a lone session (int8 weights)", "[engine]") {
+    check_sixteen_concurrent(fixture().model_int8);
+}
+
+TEST_CASE("a long prompt is prefilled in chunks between decode steps, exactly", "[engine]") {
+    const Model<float>& model = fixture().model;
+    StepLog log;
+    Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 8, .prefix_cache_entries = 0, .on_step = log.hook()});
+    std::vector<RequestHandle> shorts;
+    std::vector<std::vector<std::int32_t>> prompts;
+    for (int i = 0; i < 3; ++i) {
+        prompts.push_back(prompt_ids(50 + i, 5));
+        shorts.push_back(engine.submit(request(prompts.back(), greedy(60))));
+    }
+    wait_until([&] { return engine.stats().generated_tokens >= 3; });
+    const auto long_prompt = prompt_ids(77, 150);
+    const RequestHandle long_request = engine.submit(request(long_prompt, greedy(10)));
+    const EngineResult long_result = long_request.wait();
+    check_same(long_result, lone(model, long_prompt, greedy(10)));
+    for (int i = 0; i < 3; ++i) check_same(shorts[static_cast<std::size_t>(i)].wait(), lone(model, prompts[static_cast<std::size_t>(i)], greedy(60)));
+
+    const auto steps = log.get();
+    std::int64_t mixed = 0, prefill = 0;
+    for (const EngineStepInfo& s : steps) {
+        CHECK(s.decode_tokens + s.prefill_tokens <= 8);  // three decoders leave 5 ids for prefill
+        mixed += s.decode_tokens > 0 && s.prefill_tokens > 0;
+        prefill += s.prefill_tokens;
+    }
+    CHECK(prefill == 150 + 3 * 5);
+    CHECK(mixed >= 150 / 8);  // the long prompt went in pieces next to the decoding requests
+    CHECK(engine.stats().mixed_steps == mixed);
+    CHECK(engine.stats().prefilled_tokens == prefill);
+    CHECK(engine.stats().steps == static_cast<std::int64_t>(steps.size()));
+}
+
+TEST_CASE("image blocks are never split across steps and image requests stay exact", "[engine]") {
+    const Fixture& f = fixture();
+    const Model<float>& model = f.model;
+    const Gemma4Config& c = model.config();
+    const std::int64_t P = c.vision.patch_values();
+    auto fill = [](std::size_t n, double phase) {
+        std::vector<float> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(0.5 + 0.5 * std::sin(phase + 0.37 * static_cast<double>(i)));
+        return v;
+    };
+    std::vector<ImageInput<float>> images_a = {{fill(static_cast<std::size_t>(4 * P), 0.1), {0, 0, 1, 0, 0, 1, 1, 1}}};
+    std::vector<ImageInput<float>> images_b = {{fill(static_cast<std::size_t>(3 * P), 0.7), {0, 0, 1, 0, 2, 0}},
+                                               {fill(static_cast<std::size_t>(4 * P), 1.9), {0, 0, 1, 0, 0, 1, 1, 1}}};
+    const std::int64_t tokens_a[1] = {4}, tokens_b[2] = {3, 4};
+    const auto& t = c.tokens;
+    const auto ids_a = expand_placeholders(concat(prompt_ids(5, 4), {t.image, 60, 61, 62}), t, tokens_a, {});
+    const auto ids_b = expand_placeholders(concat(concat(prompt_ids(6, 3), {t.image, 70}), {t.image, 71, 72, 73}), t, tokens_b, {});
+    const SoftTokenPlan<float> plan_a = plan_soft_tokens<float>(model, ids_a, images_a, {});
+    const SoftTokenPlan<float> plan_b = plan_soft_tokens<float>(model, ids_b, images_b, {});
+    const auto expected_a = lone(model, ids_a, greedy(12), &plan_a);
+    const auto expected_b = lone(model, ids_b, greedy(12), &plan_b);
+
+    // A step of 5 ids: a chunk boundary would fall inside the 4- and 6-id blocks (with <|image>/<image|>).
+    StepLog log;
+    Engine<float> engine(model, &f.tokenizer, {.step_tokens = 5, .on_step = log.hook()});
+    EngineRequest<float> a = request(ids_a, greedy(12)), b = request(ids_b, greedy(12));
+    a.images = images_a;
+    b.images = images_b;
+    const RequestHandle ha = engine.submit(std::move(a)), hb = engine.submit(std::move(b));
+    check_same(ha.wait(), expected_a);
+    check_same(hb.wait(), expected_b);
+    // Both prompts (and nothing else) were prefilled; a forward step would have rejected a split block.
+    CHECK(engine.stats().prefilled_tokens == static_cast<std::int64_t>(ids_a.size() + ids_b.size()));
+    CHECK(engine.stats().prefix_entries == 0);  // prompts with soft tokens are not kept for reuse
+
+    EngineRequest<float> missing = request(ids_a, greedy(2));  // placeholders without images
+    REQUIRE_THROWS_AS(engine.submit(std::move(missing)), InvalidArgument);
+}
+
+TEST_CASE("a request reuses a cached prompt prefix (longer than the window) exactly", "[engine][prefix]") {
+    const Model<float>& model = fixture().model;
+    REQUIRE(model.config().sliding_window == 8);
+    Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 16, .prefix_cache_entries = 2});
+    const auto system = prompt_ids(3, 45);  // several windows and a partial page
+    const auto first = engine.submit(request(system, greedy(6))).wait();
+    check_same(first, lone(model, system, greedy(6)));
+    CHECK(first.stats.reused_tokens == 0);
+    CHECK(engine.stats().prefix_entries == 1);
+    CHECK(engine.stats().prefix_misses == 1);
+
+    const auto question = concat(system, prompt_ids(9, 12));
+    const std::int64_t prefilled_before = engine.stats().prefilled_tokens;
+    const auto second = engine.submit(request(question, greedy(10))).wait();
+    check_same(second, lone(model, question, greedy(10)));
+    CHECK(second.stats.reused_tokens == 45);
+    CHECK(engine.stats().prefilled_tokens - prefilled_before == 12);  // only the new ids
+    // A seeded sampled request over the reused prefix draws exactly the lone session's tokens.
+    const auto other = concat(system, prompt_ids(10, 20));
+    const auto sampled = engine.submit(request(other, seeded(20, 7))).wait();
+    check_same(sampled, lone(model, other, seeded(20, 7)));
+    CHECK(sampled.stats.reused_tokens == 45);
+    EngineStats s = engine.stats();
+    CHECK(s.prefix_hits == 2);
+    CHECK(s.prefix_reused_tokens == 90);
+    CHECK(s.prefix_entries == 2);  // the bound
+    CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+    CHECK(s.kv_pages_in_use > 0);
+
+    // Two more distinct prompts push `system` and `question` out (least recently used first).
+    engine.submit(request(prompt_ids(11, 30), greedy(2))).wait();
+    engine.submit(request(prompt_ids(12, 30), greedy(2))).wait();
+    s = engine.stats();
+    CHECK(s.prefix_entries == 2);
+    const auto again = engine.submit(request(concat(system, {40, 41}), greedy(3))).wait();
+    CHECK(again.stats.reused_tokens == 0);
+    check_same(again, lone(model, concat(system, {40, 41}), greedy(3)));
+    CHECK(engine.stats().prefix_entries == 2);
+    CHECK(engine.stats().prefix_misses == s.prefix_misses + 1);
+}
+
+TEST_CASE("cancellation by handle, flag and callback frees the request's pages", "[engine]") {
+    const Model<float>& model = fixture().model;
+    for (const std::int32_t entries : {0, 4}) {
+        INFO("prefix cache entries: " << entries);
+        Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 16, .prefix_cache_entries = entries});
+        const auto prompt = prompt_ids(21, 40);
+
+        // By handle, while generating.
+        const RequestHandle h = engine.submit(request(prompt, endless(200)));
+        wait_until([&] { return engine.stats().generated_tokens >= 5; });
+        h.cancel();
+        const EngineResult r = h.wait();
+        CHECK(r.finish == FinishReason::Cancelled);
+        CHECK(r.ids.size() < 200);
+        EngineStats s = engine.stats();
+        CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+        if (entries == 0) CHECK(s.kv_pages_in_use == 0);
+        CHECK(s.requests_cancelled == 1);
+
+        // By the callback: the ids up to and including the refused one, as a Session gives.
+        int calls = 0;
+        GenerateOptions o = endless(50);
+        o.on_token = [&calls](std::int32_t, std::string_view) { return ++calls < 5; };
+        const EngineResult by_callback = engine.submit(request(prompt_ids(22, 30), o)).wait();
+        int session_calls = 0;
+        GenerateOptions lone_options = endless(50);
+        lone_options.on_token = [&session_calls](std::int32_t, std::string_view) { return ++session_calls < 5; };
+        check_same(by_callback, lone(model, prompt_ids(22, 30), lone_options));
+        CHECK(by_callback.ids.size() == 5);
+
+        // By the flag, before it starts.
+        std::atomic<bool> cancel{true};
+        GenerateOptions flagged = greedy(50);
+        flagged.cancel = &cancel;
+        const EngineResult by_flag = engine.submit(request(prompt_ids(23, 10), flagged)).wait();
+        CHECK(by_flag.finish == FinishReason::Cancelled);
+        CHECK(by_flag.ids.empty());
+
+        s = engine.stats();
+        CHECK(s.requests_cancelled == 3);
+        CHECK(s.active_sequences == 0);
+        CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+        if (entries == 0) CHECK(s.kv_pages_in_use == 0);
+        if (entries == 0) CHECK(s.kv_bytes_in_use == 0);
+    }
+}
+
+TEST_CASE("a throwing callback fails its request only", "[engine]") {
+    const Model<float>& model = fixture().model;
+    Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 16, .prefix_cache_entries = 0});
+    GenerateOptions bad = greedy(30);
+    int calls = 0;
+    bad.on_token = [&calls](std::int32_t, std::string_view) -> bool {
+        if (++calls == 3) throw std::runtime_error("client went away");
+        return true;
+    };
+    const auto good_prompt = prompt_ids(31, 20);
+    const RequestHandle failing = engine.submit(request(prompt_ids(30, 20), bad));
+    const RequestHandle fine = engine.submit(request(good_prompt, greedy(30)));
+    const EngineResult r = failing.wait();
+    REQUIRE(r.error);
+    REQUIRE_THROWS_WITH(std::rethrow_exception(r.error), "client went away");
+    CHECK(r.ids.size() == 3);
+    check_same(fine.wait(), lone(model, good_prompt, greedy(30)));
+    // The scheduler lives on.
+    check_same(engine.submit(request(good_prompt, greedy(4))).wait(), lone(model, good_prompt, greedy(4)));
+    CHECK(engine.stats().kv_pages_in_use == 0);
+}
+
+TEST_CASE("the queue bound rejects, the KV budget makes requests wait, the context is checked", "[engine][errors]") {
+    const Fixture& f = fixture();
+    const Model<float>& model = f.model;
+
+    SECTION("queue bound") {
+        Engine<float> engine(model, &f.tokenizer, {.max_sequences = 1, .max_queue = 2, .prefix_cache_entries = 0});
+        std::atomic<bool> release{false}, blocked{false};
+        GenerateOptions blocking = endless(5);
+        blocking.on_token = [&](std::int32_t, std::string_view) {
+            blocked = true;
+            while (!release) std::this_thread::sleep_for(100us);
+            return true;
+        };
+        const RequestHandle running = engine.submit(request(prompt_ids(40, 6), blocking));
+        wait_until([&] { return blocked.load(); });  // admitted; the scheduler now waits in its callback
+        const RequestHandle q1 = engine.submit(request(prompt_ids(41, 6), greedy(3)));
+        const RequestHandle q2 = engine.submit(request(prompt_ids(42, 6), greedy(3)));
+        CHECK(engine.stats().queue_depth == 2);
+        REQUIRE_THROWS_AS(engine.submit(request(prompt_ids(43, 6), greedy(3))), QueueFullError);
+        REQUIRE_THROWS_WITH(engine.submit(request(prompt_ids(43, 6), greedy(3))), Catch::Contains("2 requests are already waiting (max_queue)"));
+        release = true;
+        CHECK(running.wait().ids.size() == 5);
+        check_same(q1.wait(), lone(model, prompt_ids(41, 6), greedy(3)));
+        check_same(q2.wait(), lone(model, prompt_ids(42, 6), greedy(3)));
+        CHECK(engine.stats().requests_rejected == 2);
+        CHECK(engine.stats().requests_submitted == 3);
+    }
+
+    SECTION("KV budget") {
+        std::size_t need = 0;
+        {
+            Engine<float> probe(model, nullptr);
+            need = probe.kv_bytes_needed(30, 20);
+        }
+        REQUIRE(need > 0);
+        StepLog log;
+        // Room for one such request at a time, not two.
+        Engine<float> engine(model, &f.tokenizer, {.kv_bytes = need + need / 2, .prefix_cache_entries = 0, .on_step = log.hook()});
+        std::vector<RequestHandle> handles;
+        for (int i = 0; i < 3; ++i) handles.push_back(engine.submit(request(prompt_ids(60 + i, 30), greedy(20))));
+        for (int i = 0; i < 3; ++i) {
+            const EngineResult r = handles[static_cast<std::size_t>(i)].wait();
+            check_same(r, lone(model, prompt_ids(60 + i, 30), greedy(20)));
+            if (i > 0) CHECK(r.stats.queue_seconds > 0);
+        }
+        for (const EngineStepInfo& s : log.get()) CHECK(s.sequences == 1);  // one at a time
+        CHECK(engine.stats().kv_bytes_in_use == 0);
+        // A request that could never fit is refused at once.
+        REQUIRE_THROWS_AS(engine.submit(request(prompt_ids(70, 200), greedy(20))), ContextLengthError);
+        REQUIRE_THROWS_WITH(engine.submit(request(prompt_ids(70, 200), greedy(20))), Catch::Contains("(kv_bytes)"));
+    }
+
+    SECTION("context") {
+        Engine<float> engine(model, &f.tokenizer, {.prefix_cache_entries = 0});
+        REQUIRE_THROWS_AS(engine.submit(request(prompt_ids(80, 257), greedy(1))), ContextLengthError);
+        REQUIRE_THROWS_WITH(engine.submit(request(prompt_ids(80, 257), greedy(1))),
+                            Catch::Contains("prompt of 257 tokens exceeds the context of 256 tokens"));
+        // Prompt + max_new_tokens past the context: generation ends there, as in a Session.
+        const auto prompt = prompt_ids(81, 250);
+        const EngineResult r = engine.submit(request(prompt, endless(100))).wait();
+        check_same(r, lone(model, prompt, endless(100)));
+        CHECK(r.finish == FinishReason::ContextFull);
+
+        Engine<float> short_context(model, nullptr, {.context = 64});
+        REQUIRE_THROWS_WITH(short_context.submit(request(prompt_ids(82, 65), greedy(1))), Catch::Contains("exceeds the context of 64 tokens"));
+        CHECK(short_context.submit(request(prompt_ids(82, 60), endless(100))).wait().ids.size() == 5);
+
+        REQUIRE_THROWS_WITH(engine.submit(request({}, greedy(1))), Catch::Contains("empty prompt"));
+        REQUIRE_THROWS_WITH(engine.submit(request({2, static_cast<std::int32_t>(model.config().vocab_size)}, greedy(1))), Catch::Contains("outside the vocabulary"));
+        GenerateOptions stops = greedy(1);
+        stops.stop_strings = {"x"};
+        Engine<float> ids_only(model, nullptr);
+        REQUIRE_THROWS_WITH(ids_only.submit(request({2, 5}, stops)), Catch::Contains("stop strings need a tokenizer"));
+        CHECK(ids_only.submit(request({2, 5}, greedy(3))).wait().text.empty());
+        REQUIRE_THROWS_AS(Engine<float>(model, nullptr, {.context = 1000}), InvalidArgument);
+        CHECK(engine.stats().requests_rejected == 4);
+        CHECK(ids_only.stats().requests_rejected == 1);
+    }
+}
+
+TEST_CASE("shutdown lets requests run for the grace period, then cancels the rest and joins", "[engine]") {
+    const Model<float>& model = fixture().model;
+    auto slow = [](std::int64_t n) {
+        GenerateOptions o = endless(n);
+        o.on_token = [](std::int32_t, std::string_view) {
+            std::this_thread::sleep_for(5ms);
+            return true;
+        };
+        return o;
+    };
+    Engine<float> engine(model, nullptr, {.max_sequences = 2});
+    const RequestHandle quick = engine.submit(request(prompt_ids(90, 8), slow(3)));
+    const RequestHandle long1 = engine.submit(request(prompt_ids(91, 8), slow(200)));
+    const RequestHandle long2 = engine.submit(request(prompt_ids(92, 8), slow(200)));
+    const RequestHandle queued = engine.submit(request(prompt_ids(93, 8), slow(200)));
+    engine.shutdown(300ms);
+    CHECK(quick.done());
+    CHECK(long1.done());
+    CHECK(long2.done());
+    CHECK(queued.done());
+    CHECK(quick.wait().finish == FinishReason::MaxTokens);  // finished within the grace period
+    CHECK(long1.wait().finish == FinishReason::Cancelled);
+    CHECK(long1.wait().ids.size() < 200);
+    CHECK(long2.wait().finish == FinishReason::Cancelled);
+    CHECK(queued.wait().finish == FinishReason::Cancelled);
+    REQUIRE_THROWS_AS(engine.submit(request(prompt_ids(94, 8), greedy(2))), QueueFullError);
+    REQUIRE_THROWS_WITH(engine.submit(request(prompt_ids(94, 8), greedy(2))), Catch::Contains("shutting down"));
+    const EngineStats s = engine.stats();
+    CHECK(s.requests_finished == 4);
+    CHECK(s.requests_cancelled == 3);
+    CHECK(s.kv_pages_in_use == 0);  // the prefix cache is emptied too
+    engine.shutdown();              // idempotent
+}
