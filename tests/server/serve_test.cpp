@@ -348,3 +348,15 @@ TEST_CASE("serve: SIGTERM stops accepting, finishes in-flight streams and exits 
     CHECK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0);
     ::close(fd);
 }
+
+TEST_CASE("serve: SIGINT while idle exits 0 at once", "[server][e2e]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    ServerProcess server({}, "sigint");
+    REQUIRE(http(server.port(), "GET", "/health").status == 200);
+    const auto status = server.stop(SIGINT, std::chrono::seconds(10));
+    REQUIRE(status);
+    CHECK(*status == 0);
+    CHECK(server.log().find("SIGINT") != std::string::npos);
+}

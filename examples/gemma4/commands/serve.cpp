@@ -503,6 +503,10 @@ int run(cli::Args& args) {
     sigemptyset(&signals);
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
+    // A shell starts background jobs with SIGINT ignored, and an ignored signal never reaches
+    // sigwait: take both back (they stay blocked, so their default action never runs).
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
 
