@@ -247,6 +247,7 @@ TEST_CASE("serve: endpoints, SSE framing, errors, auth and limits", "[server][e2
             Connection c(port);
             c.send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + kKey +
                    "\r\nContent-Type: application/json\r\nContent-Length: 300000\r\nConnection: close\r\n\r\n{\"messages\":");
+            c.shutdown_write();  // the rest never comes; the answer must not wait for it
             const auto big = parse_response(c.receive_all());
             require_openai_error(big, 413);
         }
