@@ -154,8 +154,6 @@ public:
         }
         return true;
     }
-    /// No more bytes from us (the peer reads end of stream).
-    void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
     /// Some bytes, or "" at end of stream / error.
     std::string receive() {
         char buffer[16384];
