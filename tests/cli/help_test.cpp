@@ -44,6 +44,11 @@ const std::map<std::string, std::set<std::string>> kReads = {
     {"preprocess-image", {"image", "max-soft-tokens", "patch-size", "pooling-kernel-size", "ignore-exif-orientation", "pil-resize",
                           "out-patches", "out-positions"}},
     {"quantize", {"model", "out", "weights"}},
+#ifdef GEMMA4_HAVE_SERVE  // built only with cpp-httplib
+    {"loadgen", {"url", "api-key", "concurrency", "requests", "max-tokens", "prompt", "model", "json"}},
+    {"serve", {"model", "host", "port", "parallel", "ctx-size", "queue", "api-key", "weights", "max-body", "max-soft-tokens", "grace",
+               "threads"}},
+#endif
     {"tokenize", {"tokenizer", "config", "jsonl"}},
     {"tokenizer-bench", {"tokenizer", "text", "loads"}},
 };

@@ -1,0 +1,584 @@
+// gemma4 serve: an OpenAI-compatible HTTP server over the continuous-batching Engine. The HTTP
+// side (cpp-httplib) runs one thread per connection; every request becomes one Engine request,
+// so concurrent clients share forward steps. See docs/server.md.
+#include "../cli.hpp"
+#include "../generation_args.hpp"
+#include "../server/api_error.hpp"
+#include "../server/auth.hpp"
+#include "../server/chat_request.hpp"
+#include "../server/media.hpp"
+#include "../server/openai_encode.hpp"
+#include "../server/reply_parser.hpp"
+
+#include <gemma4/generate/engine.hpp>
+#include <gemma4/tensor/quant.hpp>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <pthread.h>
+#include <thread>
+
+namespace {
+
+using namespace gemma4;
+using nlohmann::json;
+using server::ApiError;
+
+struct ServeConfig {
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    std::string api_key;
+    std::size_t max_body = 16u << 20;
+    int max_soft_tokens = 280;
+    double grace_seconds = 10;
+};
+
+/// Everything a handler needs; shared by all connection threads.
+class Api {
+public:
+    Api(Engine<float>& engine, const Tokenizer& tokenizer, const GenerationConfig& generation, std::string model_id, ServeConfig config)
+        : engine_(engine), tokenizer_(tokenizer), generation_(generation), model_id_(std::move(model_id)), config_(std::move(config)) {
+        const Gemma4Config& c = engine_.model().config();
+        context_ = engine_.options().context > 0 ? engine_.options().context : c.max_position_embeddings;
+        for (std::size_t i = 0; i < c.tokens.eos_count; ++i) end_ids_.push_back(c.tokens.eos[i]);
+        for (auto id : generation_.eos_token_id)
+            if (std::find(end_ids_.begin(), end_ids_.end(), id) == end_ids_.end()) end_ids_.push_back(id);
+        // A reply ends with <turn|>, and a tool call hands over with <|tool_response>, even when the
+        // checkpoint's configs list only <eos>.
+        for (const char* t : {"<turn|>", "<|tool_response>"})
+            if (auto id = tokenizer_.token_to_id(t)) stop_ids_.push_back(*id);
+    }
+
+    void install(httplib::Server& http) {
+        http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+            if (config_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+            if (server::bearer_matches(req.get_header_value("Authorization"), config_.api_key))
+                return httplib::Server::HandlerResponse::Unhandled;
+            res.set_header("WWW-Authenticate", "Bearer");
+            send_error(res, ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", "authentication_error", "", "invalid_api_key"));
+            return httplib::Server::HandlerResponse::Handled;
+        });
+        // Statuses that no handler wrote a body for (unknown route, body too large, ...).
+        http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+            if (!res.body.empty()) return;
+            std::string message = res.status == 404   ? "no route for " + req.method + " " + req.path
+                                  : res.status == 413 ? "request body too large"
+                                                      : "HTTP " + std::to_string(res.status);
+            res.set_content(server::error_body(message, server::error_type_for_status(res.status)).dump(), "application/json");
+        });
+        http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+            try {
+                std::rethrow_exception(ep);
+            } catch (const std::exception& e) {
+                send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
+            } catch (...) {
+                send_error(res, ApiError(500, "internal error", "server_error"));
+            }
+        });
+        http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+            std::lock_guard lock(metrics_mutex_);
+            ++responses_[res.status];
+        });
+
+        http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+            if (stopping_) {
+                res.status = 503;
+                res.set_content(R"({"status":"shutting down"})", "application/json");
+                return;
+            }
+            res.set_content(R"({"status":"ok"})", "application/json");
+        });
+        http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+            res.set_content(json{{"object", "list"}, {"data", json::array({model_json()})}}.dump(), "application/json");
+        });
+        http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+            guarded(res, [&] {
+                check_model(req.matches[1]);
+                res.set_content(model_json().dump(), "application/json");
+            });
+        });
+        http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { res.set_content(metrics(), "text/plain; version=0.0.4"); });
+        http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] { tokenize(req, res); }); });
+        http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] { detokenize(req, res); }); });
+        http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] { chat(req, res); }); });
+        http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] { complete(req, res); }); });
+    }
+
+    void stop_accepting() { stopping_ = true; }
+
+    /// Waits (up to `timeout`) until every streaming response has written its end: stopping the
+    /// HTTP server earlier would cut them off mid-stream.
+    void wait_for_streams(std::chrono::milliseconds timeout) {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (open_streams_.load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+
+private:
+    struct Prepared {
+        EngineRequest<float> request;
+        bool parse_tools = false;
+    };
+
+    /// State shared by a streaming response's writer (a connection thread) and the engine's
+    /// on_token (the scheduler thread).
+    struct Stream {
+        std::mutex mutex;
+        std::condition_variable ready;
+        std::string text;  ///< produced, not yet written
+        std::atomic<bool> client_gone{false};
+        std::optional<RequestHandle> handle;
+    };
+
+    static void send_error(httplib::Response& res, const ApiError& e) {
+        res.status = e.status;
+        res.set_content(server::error_body(e).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    }
+
+    /// Runs a handler, turning every failure into an OpenAI error response.
+    template <class Fn>
+    void guarded(httplib::Response& res, Fn&& fn) {
+        try {
+            fn();
+        } catch (const ApiError& e) {
+            send_error(res, e);
+        } catch (const QueueFullError& e) {
+            if (stopping_) return send_error(res, ApiError(503, "server is shutting down", "server_unavailable_error"));
+            res.set_header("Retry-After", "1");
+            send_error(res, ApiError(429, std::string("server busy: ") + e.what(), "rate_limit_error", "", "queue_full"));
+        } catch (const ContextLengthError& e) {
+            send_error(res, ApiError(400, e.what(), "invalid_request_error", "messages", "context_length_exceeded"));
+        } catch (const InvalidArgument& e) {
+            send_error(res, ApiError(400, e.what()));
+        } catch (const TokenizerError& e) {
+            send_error(res, ApiError(400, e.what()));
+        } catch (const Error& e) {
+            send_error(res, ApiError(stopping_ ? 503 : 500, e.what(), stopping_ ? "server_unavailable_error" : "server_error"));
+        }
+    }
+
+    static json parse_body(const httplib::Request& req) {
+        json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+        if (body.is_discarded()) throw ApiError(400, "malformed JSON in the request body", "invalid_request_error", "", "invalid_json");
+        if (!body.is_object()) throw ApiError(400, "request body must be a JSON object", "invalid_request_error", "", "invalid_json");
+        return body;
+    }
+
+    json model_json() const { return {{"id", model_id_}, {"object", "model"}, {"created", 0}, {"owned_by", "gemma4"}}; }
+
+    void check_model(const std::string& name) const {
+        if (!name.empty() && name != model_id_)
+            throw ApiError(404, "model '" + name + "' does not exist; this server serves '" + model_id_ + "'", "invalid_request_error", "model",
+                           "model_not_found");
+    }
+
+    /// Ids + media + options for the engine; 400 for anything that cannot run.
+    Prepared prepare(std::vector<std::int32_t> ids, const server::DecodedMedia<float>& media, const server::SamplingFields& s) {
+        if (stopping_) throw ApiError(503, "server is shutting down", "server_unavailable_error");
+        const TokenIds& tok = engine_.model().config().tokens;
+        ids = expand_placeholders(ids, tok, media.image_tokens, media.audio_tokens);
+        if (ids.empty()) throw ApiError(400, "empty prompt", "invalid_request_error", "prompt");
+        for (auto id : ids)
+            if (!tokenizer_.contains_id(id)) throw ApiError(400, "token id " + std::to_string(id) + " is not in the vocabulary", "invalid_request_error", "prompt");
+        const auto n = static_cast<std::int64_t>(ids.size());
+        if (n >= context_)
+            throw ApiError(400, "prompt of " + std::to_string(n) + " tokens does not fit the context of " + std::to_string(context_) + " tokens",
+                           "invalid_request_error", "messages", "context_length_exceeded");
+        Prepared p;
+        GenerateOptions& o = p.request.options;
+        o.sampling = apply_generation_config(generation_, SamplingParams{.temperature = 1.0});
+        if (s.temperature) o.sampling.temperature = *s.temperature;
+        if (s.top_p) o.sampling.top_p = *s.top_p;
+        if (s.top_k) o.sampling.top_k = *s.top_k;
+        if (s.min_p) o.sampling.min_p = *s.min_p;
+        if (s.seed) o.sampling.seed = *s.seed;
+        Sampler check(o.sampling);  // InvalidArgument (400) before the request is queued
+        (void)check;
+        // Without max_tokens a reply may use the rest of the context; a larger one is clipped to it.
+        o.max_new_tokens = std::min<std::int64_t>(s.max_tokens.value_or(context_ - n), context_ - n);
+        o.end_ids = end_ids_;
+        o.stop_ids = stop_ids_;
+        o.stop_strings = s.stop;
+        p.request.prompt = std::move(ids);
+        p.request.images = media.images;
+        p.request.audios = media.audios;
+        return p;
+    }
+
+    static std::string finish_reason(FinishReason f, bool tool_calls) {
+        if (f == FinishReason::MaxTokens || f == FinishReason::ContextFull) return "length";
+        return tool_calls ? "tool_calls" : "stop";
+    }
+
+    static server::Usage usage_of(const EngineResult& r) {
+        return {r.stats.prompt_tokens, r.stats.generated_tokens, r.stats.reused_tokens};
+    }
+
+    /// on_token for a request: the text of end and stop ids is not part of the reply.
+    std::function<bool(std::int32_t, std::string_view)> collector(std::shared_ptr<Stream> stream) const {
+        return [this, stream](std::int32_t id, std::string_view text) {
+            const bool end = std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end() ||
+                             std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
+            if (!end && !text.empty()) {
+                std::lock_guard lock(stream->mutex);
+                stream->text += text;
+            }
+            stream->ready.notify_one();
+            return !stream->client_gone.load();
+        };
+    }
+
+    /// Submits and, for a non-streaming response, waits; rethrows a failed request's error.
+    static EngineResult finished(RequestHandle& handle) {
+        EngineResult r = handle.wait();
+        if (r.error) std::rethrow_exception(r.error);
+        return r;
+    }
+
+    void chat(const httplib::Request& req, httplib::Response& res) {
+        const json body = parse_body(req);
+        server::ChatRequest cr = server::parse_chat_request(body);
+        check_model(cr.sampling.model);
+        const auto media = server::decode_media<float>(cr.media, engine_.model().config(), config_.max_soft_tokens);
+        Prepared p = prepare(tokenizer_.encode(server::render_prompt(cr), /*add_special=*/false), media, cr.sampling);
+        const bool parse_tools = !cr.tools.empty();
+        auto stream = std::make_shared<Stream>();
+        p.request.options.on_token = collector(stream);
+        const std::string id = server::make_id("chatcmpl-");
+        const std::int64_t created = server::unix_seconds();
+        stream->handle = engine_.submit(std::move(p.request));
+        if (!cr.sampling.stream) {
+            const EngineResult r = finished(*stream->handle);
+            std::string text;
+            {
+                std::lock_guard lock(stream->mutex);
+                text = stream->text;
+            }
+            const server::ParsedReply reply = server::parse_reply(text, parse_tools);
+            res.set_content(server::chat_completion(id, model_id_, created, reply, finish_reason(r.finish, !reply.tool_calls.empty()), usage_of(r))
+                                .dump(-1, ' ', false, json::error_handler_t::replace),
+                            "application/json");
+            return;
+        }
+        struct Writer {
+            server::ReplyParser parser;
+            bool started = false;
+            int tool_index = 0;
+        };
+        auto writer = std::make_shared<Writer>(Writer{server::ReplyParser(parse_tools)});
+        const bool include_usage = cr.sampling.include_usage;
+        stream_response(res, stream, [=, this](std::string piece, const EngineResult* done) {
+            std::string out;
+            if (!writer->started) {
+                writer->started = true;
+                out += server::sse_event(server::chat_chunk(id, model_id_, created, {{"role", "assistant"}, {"content", ""}}));
+            }
+            auto events = writer->parser.feed(piece);
+            if (done) {
+                auto rest = writer->parser.finish();
+                events.insert(events.end(), rest.begin(), rest.end());
+            }
+            for (const auto& e : events) {
+                out += server::sse_event(server::chat_chunk(id, model_id_, created, server::delta_for(e, writer->tool_index)));
+                if (e.kind == server::ReplyEvent::ToolCall) ++writer->tool_index;
+            }
+            if (done) {
+                out += server::sse_event(server::chat_chunk(id, model_id_, created, json::object(),
+                                                            finish_reason(done->finish, writer->parser.saw_tool_call())));
+                if (include_usage) out += server::sse_event(server::usage_chunk(id, "chat.completion.chunk", model_id_, created, usage_of(*done)));
+            }
+            return out;
+        });
+    }
+
+    void complete(const httplib::Request& req, httplib::Response& res) {
+        const json body = parse_body(req);
+        const server::SamplingFields s = server::parse_sampling(body);
+        check_model(s.model);
+        const auto* prompt = server::detail::field(body, "prompt");
+        if (!prompt) throw server::bad_field("prompt", "missing");
+        std::vector<std::int32_t> ids;
+        const json* p = prompt;
+        if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];  // a batch of one
+        if (p->is_string()) {
+            ids = tokenizer_.encode(p->get<std::string>(), /*add_special=*/true);
+        } else if (p->is_array() && !p->empty()) {
+            for (std::size_t i = 0; i < p->size(); ++i)
+                ids.push_back(static_cast<std::int32_t>(server::detail::integer_field((*p)[i], "prompt[" + std::to_string(i) + "]", 0, INT32_MAX)));
+        } else {
+            throw server::bad_field("prompt", "expected a string, an array of token ids, or a batch of one of them");
+        }
+        Prepared prepared = prepare(std::move(ids), {}, s);
+        auto stream = std::make_shared<Stream>();
+        prepared.request.options.on_token = collector(stream);
+        const std::string id = server::make_id("cmpl-");
+        const std::int64_t created = server::unix_seconds();
+        stream->handle = engine_.submit(std::move(prepared.request));
+        if (!s.stream) {
+            const EngineResult r = finished(*stream->handle);
+            const server::Usage usage = usage_of(r);
+            std::lock_guard lock(stream->mutex);
+            res.set_content(server::text_completion(id, model_id_, created, stream->text, finish_reason(r.finish, false), &usage)
+                                .dump(-1, ' ', false, json::error_handler_t::replace),
+                            "application/json");
+            return;
+        }
+        const bool include_usage = s.include_usage;
+        stream_response(res, stream, [=, this](std::string piece, const EngineResult* done) {
+            std::string out;
+            if (!piece.empty()) out += server::sse_event(server::text_completion(id, model_id_, created, piece, nullptr, nullptr));
+            if (done) {
+                out += server::sse_event(server::text_completion(id, model_id_, created, "", finish_reason(done->finish, false), nullptr));
+                if (include_usage) out += server::sse_event(server::usage_chunk(id, "text_completion", model_id_, created, usage_of(*done)));
+            }
+            return out;
+        });
+    }
+
+    /// An SSE response fed by `stream`. `encode(piece, done)` turns new text (and, once, the
+    /// finished result) into events. A client that goes away cancels its request, which frees
+    /// its KV pages.
+    template <class Encode>
+    void stream_response(httplib::Response& res, std::shared_ptr<Stream> stream, Encode encode) {
+        res.set_header("Cache-Control", "no-cache");
+        res.set_header("X-Accel-Buffering", "no");
+        auto finished_flag = std::make_shared<bool>(false);
+        ++open_streams_;
+        res.set_chunked_content_provider(
+            "text/event-stream",
+            [stream, encode, finished_flag](std::size_t, httplib::DataSink& sink) mutable {
+                auto gone = [&] {
+                    stream->client_gone = true;
+                    stream->handle->cancel();
+                    return false;
+                };
+                if (!sink.is_writable()) return gone();
+                std::string piece;
+                {
+                    std::unique_lock lock(stream->mutex);
+                    stream->ready.wait_for(lock, std::chrono::milliseconds(50), [&] { return !stream->text.empty(); });
+                    piece.swap(stream->text);
+                }
+                std::optional<EngineResult> result;
+                if (stream->handle->done()) {
+                    result = stream->handle->wait();
+                    std::lock_guard lock(stream->mutex);  // every on_token ran before the request finished
+                    piece += stream->text;
+                    stream->text.clear();
+                }
+                std::string out = encode(std::move(piece), result ? &*result : nullptr);
+                if (result && result->error) {
+                    std::string message = "generation failed";
+                    try {
+                        std::rethrow_exception(result->error);
+                    } catch (const std::exception& e) {
+                        message = e.what();
+                    }
+                    out += server::sse_event(server::error_body(message, "server_error"));
+                }
+                if (!out.empty() && !sink.write(out.data(), out.size())) return gone();
+                if (result) {
+                    if (!sink.write(server::kSseDone.data(), server::kSseDone.size())) return gone();
+                    *finished_flag = true;
+                    sink.done();
+                }
+                return true;
+            },
+            [this, stream, finished_flag](bool success) {
+                if (!success || !*finished_flag) {
+                    stream->client_gone = true;
+                    stream->handle->cancel();
+                }
+                --open_streams_;
+            });
+    }
+
+    void tokenize(const httplib::Request& req, httplib::Response& res) {
+        const json body = parse_body(req);
+        const auto* content = server::detail::field(body, "content");
+        if (!content) throw server::bad_field("content", "missing");
+        const std::string text = server::detail::string_field(*content, "content");
+        bool add_special = false;
+        if (auto v = server::detail::field(body, "add_special")) add_special = server::detail::bool_field(*v, "add_special");
+        res.set_content(json{{"tokens", tokenizer_.encode(text, add_special)}}.dump(), "application/json");
+    }
+
+    void detokenize(const httplib::Request& req, httplib::Response& res) {
+        const json body = parse_body(req);
+        const auto* tokens = server::detail::field(body, "tokens");
+        if (!tokens || !tokens->is_array()) throw server::bad_field("tokens", "expected an array of token ids");
+        std::vector<std::int32_t> ids;
+        for (std::size_t i = 0; i < tokens->size(); ++i) {
+            const auto id = server::detail::integer_field((*tokens)[i], "tokens[" + std::to_string(i) + "]", 0, INT32_MAX);
+            if (!tokenizer_.contains_id(static_cast<std::int32_t>(id)))
+                throw server::bad_field("tokens[" + std::to_string(i) + "]", "id " + std::to_string(id) + " is not in the vocabulary");
+            ids.push_back(static_cast<std::int32_t>(id));
+        }
+        res.set_content(json{{"content", tokenizer_.decode(ids)}}.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    }
+
+    std::string metrics() const {
+        const EngineStats s = engine_.stats();
+        std::string out;
+        auto metric = [&](const char* name, const char* type, const char* help, auto value) {
+            out += std::string("# HELP gemma4_") + name + " " + help + "\n# TYPE gemma4_" + name + " " + type + "\ngemma4_" + name + " " +
+                   std::to_string(value) + "\n";
+        };
+        metric("requests_submitted_total", "counter", "Requests accepted by the engine.", s.requests_submitted);
+        metric("requests_finished_total", "counter", "Requests finished (any reason).", s.requests_finished);
+        metric("requests_rejected_total", "counter", "Requests rejected because the queue was full.", s.requests_rejected);
+        metric("requests_cancelled_total", "counter", "Requests cancelled (client gone, shutdown).", s.requests_cancelled);
+        metric("prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", s.prompt_tokens);
+        metric("prefilled_tokens_total", "counter", "Prompt tokens actually prefilled (not reused).", s.prefilled_tokens);
+        metric("generated_tokens_total", "counter", "Tokens generated.", s.generated_tokens);
+        metric("queue_depth", "gauge", "Requests waiting for admission.", s.queue_depth);
+        metric("active_sequences", "gauge", "Requests being stepped.", s.active_sequences);
+        metric("kv_pages_in_use", "gauge", "KV cache pages held (prefix cache included).", s.kv_pages_in_use);
+        metric("kv_bytes_in_use", "gauge", "KV cache bytes held.", s.kv_bytes_in_use);
+        metric("prefix_cache_hits_total", "counter", "Prompts that reused a cached prefix.", s.prefix_hits);
+        metric("prefix_cache_misses_total", "counter", "Prompts that found no cached prefix.", s.prefix_misses);
+        metric("prefix_cache_reused_tokens_total", "counter", "Prompt tokens taken from the prefix cache.", s.prefix_reused_tokens);
+        metric("prefix_cache_pages", "gauge", "KV pages held by the prefix cache alone.", s.prefix_cache_pages);
+        metric("kv_bytes_reserved", "gauge", "KV bytes reserved by running requests and the prefix cache.", s.kv_bytes_reserved);
+        metric("engine_steps_total", "counter", "Forward steps run.", s.steps);
+        metric("http_streams_open", "gauge", "Streaming responses being written.", open_streams_.load());
+        out += "# HELP gemma4_http_responses_total HTTP responses by status.\n# TYPE gemma4_http_responses_total counter\n";
+        std::lock_guard lock(metrics_mutex_);
+        for (const auto& [status, count] : responses_)
+            out += "gemma4_http_responses_total{code=\"" + std::to_string(status) + "\"} " + std::to_string(count) + "\n";
+        return out;
+    }
+
+    Engine<float>& engine_;
+    const Tokenizer& tokenizer_;
+    GenerationConfig generation_;
+    std::string model_id_;
+    ServeConfig config_;
+    std::int64_t context_ = 0;
+    std::vector<std::int32_t> end_ids_, stop_ids_;
+    std::atomic<bool> stopping_{false};
+    std::atomic<int> open_streams_{0};
+    mutable std::mutex metrics_mutex_;
+    std::map<int, std::int64_t> responses_;
+};
+
+int run(cli::Args& args) {
+    const std::filesystem::path dir = args.require("model");
+    ServeConfig config;
+    config.host = args.get("host").value_or(config.host);
+    config.port = args.number<int>("port", config.port);
+    config.api_key = args.get("api-key").value_or("");
+    config.max_body = args.number<std::size_t>("max-body", config.max_body);
+    config.max_soft_tokens = args.number<int>("max-soft-tokens", config.max_soft_tokens);
+    config.grace_seconds = args.number<double>("grace", config.grace_seconds);
+    EngineOptions engine_options;
+    engine_options.max_sequences = args.number<std::int32_t>("parallel", engine_options.max_sequences);
+    engine_options.context = args.number<std::int64_t>("ctx-size", 0);
+    engine_options.max_queue = args.number<std::int32_t>("queue", engine_options.max_queue);
+    const std::string weights = args.get("weights").value_or("as-stored");
+    const auto threads = args.number<unsigned>("threads", 0);
+    args.finish();
+    const auto format = parse_weight_format(weights);
+    if (!format) throw InvalidArgument("serve: --weights must be int8, int4 or bf16, got '" + weights + "'");
+    if (config.port < 0 || config.port > 65535) throw InvalidArgument("serve: --port must be between 0 and 65535");
+    if (engine_options.max_sequences < 1) throw InvalidArgument("serve: --parallel must be at least 1");
+    if (engine_options.max_queue < 0) throw InvalidArgument("serve: --queue must be >= 0");
+    if (engine_options.context < 0) throw InvalidArgument("serve: --ctx-size must be >= 0");
+    if (config.max_body < 1024) throw InvalidArgument("serve: --max-body must be at least 1024 bytes");
+    if (config.grace_seconds < 0) throw InvalidArgument("serve: --grace must be >= 0");
+    // Anyone who can reach a public address could use the model: require a key there.
+    if (!server::is_loopback_host(config.host) && config.api_key.empty())
+        throw InvalidArgument("serve: refusing to listen on non-loopback address '" + config.host +
+                              "' without --api-key (anyone who can reach it could use the server)");
+
+    // SIGINT/SIGTERM are taken by one thread with sigwait: blocked here, before any other thread
+    // exists, so that every thread inherits the mask.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    // A shell starts background jobs with SIGINT ignored, and an ignored signal never reaches
+    // sigwait: take both back (they stay blocked, so their default action never runs).
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
+    const Model<float> model = Model<float>::load(dir, ModelOptions{threads}, LoadOptions{.format = *format});
+    const auto tokenizer = cli::load_tokenizer_if_present(dir);
+    if (!tokenizer) throw IoError((dir / "tokenizer.json").string() + ": not found (the server needs the tokenizer)");
+    const GenerationConfig generation = load_generation_config(dir);
+    if (engine_options.context > model.config().max_position_embeddings)
+        throw InvalidArgument("serve: --ctx-size " + std::to_string(engine_options.context) + " exceeds the model's " +
+                              std::to_string(model.config().max_position_embeddings) + " positions");
+    std::string model_id = std::filesystem::weakly_canonical(dir).filename().string();
+    if (model_id.empty()) model_id = "gemma4";
+
+    Engine<float> engine(model, &*tokenizer, engine_options);
+    Api api(engine, *tokenizer, generation, model_id, config);
+    httplib::Server http;
+    // One thread per open connection: every running or queued request holds one, plus room for
+    // keep-alive connections and the cheap endpoints.
+    const std::size_t pool = static_cast<std::size_t>(engine_options.max_sequences + engine_options.max_queue) + 16;
+    http.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
+    http.set_payload_max_length(config.max_body);
+    http.set_keep_alive_max_count(100);
+    http.set_keep_alive_timeout(5);
+    http.set_read_timeout(30);
+    http.set_write_timeout(30);
+    api.install(http);
+
+    int port = config.port;
+    if (port == 0) {
+        port = http.bind_to_any_port(config.host);
+        if (port < 0) throw IoError("serve: cannot bind to " + config.host);
+    } else if (!http.bind_to_port(config.host, port)) {
+        throw IoError("serve: cannot bind to " + config.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
+    }
+    std::fprintf(stderr, "gemma4 serve: model '%s', listening on http://%s:%d\n", model_id.c_str(), config.host.c_str(), port);
+    std::fflush(stderr);
+
+    std::atomic<bool> by_signal{false};
+    std::thread signal_thread([&] {
+        int received = 0;
+        sigwait(&signals, &received);
+        if (!by_signal.exchange(true) && received != 0) {
+            std::fprintf(stderr, "gemma4 serve: %s, finishing in-flight requests (up to %g s)\n", received == SIGINT ? "SIGINT" : "SIGTERM",
+                         config.grace_seconds);
+            std::fflush(stderr);
+        }
+        api.stop_accepting();
+        engine.shutdown(std::chrono::milliseconds(static_cast<std::int64_t>(config.grace_seconds * 1000)));
+        api.wait_for_streams(std::chrono::seconds(5));
+        http.stop();
+    });
+    http.listen_after_bind();
+    if (!by_signal.exchange(true)) pthread_kill(signal_thread.native_handle(), SIGTERM);  // wake the waiting thread
+    signal_thread.join();
+    std::fprintf(stderr, "gemma4 serve: stopped\n");
+    return 0;
+}
+
+const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completions, streaming) over the batching engine",
+                       cli::Options{
+                           {"model", "DIR", "checkpoint directory (config.json, *.safetensors, tokenizer.json)", cli::kRequired},
+                           {"host", "ADDR", "address to listen on (default: 127.0.0.1; others need --api-key)"},
+                           {"port", "N", "TCP port (default: 8080; 0: any free port, printed at start-up)"},
+                           {"parallel", "N", "requests decoded together (default: 16)"},
+                           {"ctx-size", "N", "context of each request in tokens (default: the model's)"},
+                           {"queue", "N", "requests waiting beyond --parallel before 429 (default: 64)"},
+                           {"api-key", "KEY", "require 'Authorization: Bearer KEY' on every endpoint but /health"},
+                           {"weights", "FORMAT", "as-stored (default), bf16, int8 or int4: re-encode the weights at load"},
+                           {"max-body", "BYTES", "largest request body; larger ones get 413 (default: 16 MiB)"},
+                           {"max-soft-tokens", "N", "soft tokens per image: 70, 140, 280 (default), 560 or 1120"},
+                           {"grace", "SECONDS", "on SIGINT/SIGTERM, time given to in-flight requests before they are cancelled (default: 10)"},
+                       } + cli::threads_option(),
+                       run};
+
+}  // namespace

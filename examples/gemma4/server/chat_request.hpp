@@ -1,0 +1,364 @@
+// An OpenAI chat/completions request body → what the engine needs: the Gemma 4 prompt text
+// (rendered as the model's chat template does, tools and tool results included), the media in
+// placeholder order, and the sampling fields. Wrong types and values are ApiErrors (400) that
+// name the field.
+#pragma once
+
+#include "api_error.hpp"
+#include "data_url.hpp"
+#include "tool_format.hpp"
+
+#include <gemma4/generate/chat.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gemma4::server {
+
+struct ToolCallMessage {
+    std::string id, name;
+    nlohmann::json arguments;  ///< object
+};
+
+/// One message, its content already rendered the way the template writes it (text trimmed,
+/// media parts as <|image|> / <|audio|>, thoughts stripped from assistant text).
+struct Message {
+    std::string role;  ///< system, user, assistant, tool
+    std::string content;
+    std::vector<ToolCallMessage> tool_calls;  ///< assistant
+    std::string tool_call_id, name;           ///< tool
+    std::string reasoning;                    ///< assistant's reasoning_content, if sent back
+};
+
+struct MediaItem {
+    enum Kind { Image, Audio } kind;
+    std::vector<std::byte> bytes;  ///< PNG/JPEG or WAV
+    std::string param;             ///< "messages[1].content[0].image_url" for errors
+};
+
+/// The sampling and stopping fields shared by chat and text completions.
+struct SamplingFields {
+    std::optional<std::int64_t> max_tokens;
+    std::optional<double> temperature, top_p, min_p, presence_penalty_ignored;
+    std::optional<std::int32_t> top_k;
+    std::optional<std::uint64_t> seed;
+    std::vector<std::string> stop;
+    bool stream = false;
+    bool include_usage = false;
+    std::string model;
+};
+
+struct ChatRequest {
+    SamplingFields sampling;
+    std::vector<Message> messages;
+    nlohmann::json tools = nlohmann::json::array();
+    bool thinking = false;
+    std::vector<MediaItem> media;  ///< in the order of their placeholders in the prompt
+};
+
+namespace detail {
+
+inline const nlohmann::json* field(const nlohmann::json& o, const char* name) {
+    auto it = o.find(name);
+    return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+
+inline double number_field(const nlohmann::json& v, const std::string& param, double lo, double hi) {
+    if (!v.is_number()) throw bad_field(param, "expected a number");
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi)
+        throw bad_field(param, "must be between " + nlohmann::json(lo).dump() + " and " + nlohmann::json(hi).dump());
+    return x;
+}
+
+inline std::int64_t integer_field(const nlohmann::json& v, const std::string& param, std::int64_t lo, std::int64_t hi) {
+    if (!v.is_number_integer()) throw bad_field(param, "expected an integer");
+    const bool negative = v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0;
+    if (!negative && v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
+        throw bad_field(param, "must be at most " + std::to_string(hi));
+    const std::int64_t x = v.get<std::int64_t>();
+    if (x < lo || x > hi) throw bad_field(param, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    return x;
+}
+
+inline std::string string_field(const nlohmann::json& v, const std::string& param) {
+    if (!v.is_string()) throw bad_field(param, "expected a string");
+    return v.get<std::string>();
+}
+
+inline bool bool_field(const nlohmann::json& v, const std::string& param) {
+    if (!v.is_boolean()) throw bad_field(param, "expected a boolean");
+    return v.get<bool>();
+}
+
+}  // namespace detail
+
+/// The fields common to /v1/chat/completions and /v1/completions.
+inline SamplingFields parse_sampling(const nlohmann::json& body) {
+    using namespace detail;
+    SamplingFields s;
+    if (auto v = field(body, "model")) s.model = string_field(*v, "model");
+    if (auto v = field(body, "max_completion_tokens")) s.max_tokens = integer_field(*v, "max_completion_tokens", 0, INT32_MAX);
+    else if (auto v2 = field(body, "max_tokens")) s.max_tokens = integer_field(*v2, "max_tokens", 0, INT32_MAX);
+    if (auto v = field(body, "temperature")) s.temperature = number_field(*v, "temperature", 0, 2);
+    if (auto v = field(body, "top_p")) s.top_p = number_field(*v, "top_p", 0, 1);
+    if (auto v = field(body, "min_p")) s.min_p = number_field(*v, "min_p", 0, 1);
+    if (auto v = field(body, "top_k")) s.top_k = static_cast<std::int32_t>(integer_field(*v, "top_k", 0, INT32_MAX));
+    if (auto v = field(body, "seed")) {
+        if (!v->is_number_integer()) throw bad_field("seed", "expected an integer");
+        s.seed = v->is_number_unsigned() ? v->get<std::uint64_t>() : static_cast<std::uint64_t>(v->get<std::int64_t>());
+    }
+    if (auto v = field(body, "n")) {
+        if (integer_field(*v, "n", 1, INT32_MAX) != 1) throw ApiError(400, "n: only n=1 is supported", "invalid_request_error", "n");
+    }
+    if (auto v = field(body, "stop")) {
+        if (v->is_string()) {
+            s.stop.push_back(v->get<std::string>());
+        } else if (v->is_array()) {
+            if (v->size() > 16) throw bad_field("stop", "at most 16 stop sequences");
+            for (std::size_t i = 0; i < v->size(); ++i) s.stop.push_back(string_field((*v)[i], "stop[" + std::to_string(i) + "]"));
+        } else {
+            throw bad_field("stop", "expected a string or an array of strings");
+        }
+        for (const auto& stop : s.stop)
+            if (stop.empty()) throw bad_field("stop", "empty stop sequence");
+    }
+    if (auto v = field(body, "stream")) s.stream = bool_field(*v, "stream");
+    if (auto v = field(body, "stream_options")) {
+        if (!v->is_object()) throw bad_field("stream_options", "expected an object");
+        if (auto u = field(*v, "include_usage")) s.include_usage = bool_field(*u, "stream_options.include_usage");
+    }
+    return s;
+}
+
+namespace detail {
+
+/// Content of one message: a string, or an array of parts (text, image_url, input_audio).
+inline std::string parse_content(const nlohmann::json& content, const std::string& param, const std::string& role,
+                                 std::vector<MediaItem>& media) {
+    auto text_of = [&](const std::string& text) {
+        return role == "assistant" ? strip_thoughts(text) : std::string(gemma4::detail::trim(text));
+    };
+    if (content.is_string()) return text_of(content.get<std::string>());
+    if (!content.is_array()) throw bad_field(param, "expected a string or an array of content parts");
+    std::string out;
+    for (std::size_t i = 0; i < content.size(); ++i) {
+        const auto& part = content[i];
+        const std::string p = param + "[" + std::to_string(i) + "]";
+        if (!part.is_object()) throw bad_field(p, "expected an object");
+        const auto* type = field(part, "type");
+        if (!type) throw bad_field(p + ".type", "missing");
+        const std::string t = string_field(*type, p + ".type");
+        if (t == "text") {
+            const auto* text = field(part, "text");
+            if (!text) throw bad_field(p + ".text", "missing");
+            out += text_of(string_field(*text, p + ".text"));
+        } else if (t == "image_url") {
+            if (role == "assistant" || role == "system") throw bad_field(p, "images are accepted in user messages only");
+            const auto* image = field(part, "image_url");
+            if (!image) throw bad_field(p + ".image_url", "missing");
+            std::string url;
+            if (image->is_string()) url = image->get<std::string>();
+            else if (image->is_object() && field(*image, "url")) url = string_field((*image)["url"], p + ".image_url.url");
+            else throw bad_field(p + ".image_url", "expected {\"url\": \"data:...\"}");
+            DataUrl d = parse_data_url(url, p + ".image_url.url");
+            if (!d.media_type.empty() && d.media_type != "image/png" && d.media_type != "image/jpeg" && d.media_type != "image/jpg")
+                throw bad_field(p + ".image_url.url", "unsupported image type '" + d.media_type + "' (PNG or JPEG)");
+            media.push_back({MediaItem::Image, std::move(d.bytes), p + ".image_url"});
+            out += "<|image|>";
+        } else if (t == "input_audio") {
+            if (role != "user") throw bad_field(p, "audio is accepted in user messages only");
+            const auto* audio = field(part, "input_audio");
+            if (!audio || !audio->is_object()) throw bad_field(p + ".input_audio", "expected {\"data\": base64, \"format\": \"wav\"}");
+            if (auto f = field(*audio, "format"); f && string_field(*f, p + ".input_audio.format") != "wav")
+                throw bad_field(p + ".input_audio.format", "only wav is supported");
+            const auto* data = field(*audio, "data");
+            if (!data) throw bad_field(p + ".input_audio.data", "missing");
+            media.push_back({MediaItem::Audio, require_base64(string_field(*data, p + ".input_audio.data"), p + ".input_audio.data"),
+                             p + ".input_audio"});
+            out += "<|audio|>";
+        } else {
+            throw bad_field(p + ".type", "unsupported content part type '" + t + "' (text, image_url, input_audio)");
+        }
+    }
+    return out;
+}
+
+inline nlohmann::json parse_arguments(const nlohmann::json& args, const std::string& param) {
+    if (args.is_object()) return args;
+    if (!args.is_string()) throw bad_field(param, "expected a JSON string");
+    auto parsed = nlohmann::json::parse(args.get<std::string>(), nullptr, false);
+    if (parsed.is_discarded() || !parsed.is_object()) throw bad_field(param, "expected a JSON object encoded as a string");
+    return parsed;
+}
+
+inline bool is_tool_name(const std::string& name) {
+    if (name.empty() || name.size() > 64) return false;
+    for (char c : name)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
+    return true;
+}
+
+}  // namespace detail
+
+/// Parses a /v1/chat/completions body (already valid JSON).
+inline ChatRequest parse_chat_request(const nlohmann::json& body) {
+    using namespace detail;
+    if (!body.is_object()) throw ApiError(400, "request body must be a JSON object");
+    ChatRequest r;
+    r.sampling = parse_sampling(body);
+    const auto* messages = field(body, "messages");
+    if (!messages) throw bad_field("messages", "missing");
+    if (!messages->is_array() || messages->empty()) throw bad_field("messages", "expected a non-empty array");
+    for (std::size_t i = 0; i < messages->size(); ++i) {
+        const auto& m = (*messages)[i];
+        const std::string p = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object()) throw bad_field(p, "expected an object");
+        const auto* role_field = field(m, "role");
+        if (!role_field) throw bad_field(p + ".role", "missing");
+        Message msg;
+        msg.role = string_field(*role_field, p + ".role");
+        if (msg.role == "developer") msg.role = "system";
+        if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
+            throw bad_field(p + ".role", "unknown role '" + msg.role + "' (system, developer, user, assistant, tool)");
+        if (auto c = field(m, "content")) msg.content = parse_content(*c, p + ".content", msg.role, r.media);
+        else if (msg.role != "assistant") throw bad_field(p + ".content", "missing");
+        if (msg.role == "assistant") {
+            for (const char* name : {"reasoning_content", "reasoning"})
+                if (auto t = field(m, name)) msg.reasoning = string_field(*t, p + "." + name);
+            if (auto calls = field(m, "tool_calls")) {
+                if (!calls->is_array()) throw bad_field(p + ".tool_calls", "expected an array");
+                for (std::size_t k = 0; k < calls->size(); ++k) {
+                    const auto& c = (*calls)[k];
+                    const std::string cp = p + ".tool_calls[" + std::to_string(k) + "]";
+                    if (!c.is_object() || !field(c, "function") || !c["function"].is_object()) throw bad_field(cp + ".function", "missing");
+                    ToolCallMessage call;
+                    if (auto id = field(c, "id")) call.id = string_field(*id, cp + ".id");
+                    const auto* name = field(c["function"], "name");
+                    if (!name) throw bad_field(cp + ".function.name", "missing");
+                    call.name = string_field(*name, cp + ".function.name");
+                    if (!is_tool_name(call.name)) throw bad_field(cp + ".function.name", "invalid function name");
+                    const auto* args = field(c["function"], "arguments");
+                    call.arguments = args ? parse_arguments(*args, cp + ".function.arguments") : nlohmann::json::object();
+                    msg.tool_calls.push_back(std::move(call));
+                }
+            }
+        }
+        if (msg.role == "tool") {
+            if (auto id = field(m, "tool_call_id")) msg.tool_call_id = string_field(*id, p + ".tool_call_id");
+            if (auto n = field(m, "name")) msg.name = string_field(*n, p + ".name");
+        }
+        r.messages.push_back(std::move(msg));
+    }
+    if (auto tools = field(body, "tools")) {
+        if (!tools->is_array()) throw bad_field("tools", "expected an array");
+        for (std::size_t i = 0; i < tools->size(); ++i) {
+            const auto& t = (*tools)[i];
+            const std::string p = "tools[" + std::to_string(i) + "]";
+            if (!t.is_object() || !field(t, "function") || !t["function"].is_object()) throw bad_field(p + ".function", "missing");
+            if (auto type = field(t, "type"); type && string_field(*type, p + ".type") != "function")
+                throw bad_field(p + ".type", "only function tools are supported");
+            const auto* name = field(t["function"], "name");
+            if (!name || !name->is_string() || !is_tool_name(name->get<std::string>())) throw bad_field(p + ".function.name", "missing or invalid");
+            if (auto params = field(t["function"], "parameters"); params && !params->is_object())
+                throw bad_field(p + ".function.parameters", "expected a JSON schema object");
+            if (auto d = field(t["function"], "description"); d && !d->is_string()) throw bad_field(p + ".function.description", "expected a string");
+        }
+        r.tools = *tools;
+    }
+    if (auto choice = field(body, "tool_choice")) {
+        // "none" drops the declarations; "auto"/"required" and a named function leave it to the model.
+        if (choice->is_string() && choice->get<std::string>() == "none") r.tools = nlohmann::json::array();
+        else if (!choice->is_string() && !choice->is_object()) throw bad_field("tool_choice", "expected a string or an object");
+    }
+    // Thinking: on with reasoning_effort other than "none", or chat_template_kwargs.enable_thinking.
+    if (auto effort = field(body, "reasoning_effort")) {
+        const std::string e = string_field(*effort, "reasoning_effort");
+        if (e != "none" && e != "minimal" && e != "low" && e != "medium" && e != "high")
+            throw bad_field("reasoning_effort", "expected none, minimal, low, medium or high");
+        r.thinking = e != "none";
+    }
+    if (auto kwargs = field(body, "chat_template_kwargs")) {
+        if (!kwargs->is_object()) throw bad_field("chat_template_kwargs", "expected an object");
+        if (auto t = field(*kwargs, "enable_thinking")) r.thinking = bool_field(*t, "chat_template_kwargs.enable_thinking");
+    }
+    return r;
+}
+
+/// The prompt text, as google/gemma-4's chat_template.jinja renders it (see docs/server.md):
+/// system turn with <|think|>, the system text and the tool declarations; assistant tool calls
+/// followed, inside the same model turn, by the results of the tool messages after them.
+inline std::string render_prompt(const std::vector<Message>& messages, const nlohmann::json& tools, bool thinking,
+                                 bool add_generation_prompt = true) {
+    std::string out(kChatBos);
+    std::size_t first = 0;
+    enum class Last { None, Think, Tool, ToolCall, ToolResponse } last = Last::None;
+    const bool has_system = !messages.empty() && messages[0].role == "system";
+    if (thinking || !tools.empty() || has_system) {
+        out += "<|turn>system\n";
+        if (thinking) {
+            out += kThink;
+            out += '\n';
+            last = Last::Think;
+        }
+        if (has_system) {
+            out += messages[0].content;
+            first = 1;
+        }
+        for (const auto& tool : tools) {
+            out += render_tool_declaration(tool);
+            last = Last::Tool;
+        }
+        out += "<turn|>\n";
+    }
+    std::size_t last_user = std::string::npos;
+    for (std::size_t i = first; i < messages.size(); ++i)
+        if (messages[i].role == "user") last_user = i;
+    for (std::size_t i = first; i < messages.size(); ++i) {
+        const Message& m = messages[i];
+        if (m.role == "tool") continue;  // written with the assistant message that called it
+        last = Last::None;
+        const std::string role = m.role == "assistant" ? "model" : m.role;
+        std::string previous_role;
+        for (std::size_t j = i; j-- > first;)
+            if (messages[j].role != "tool") {
+                previous_role = messages[j].role;
+                break;
+            }
+        if (!(role == "model" && previous_role == "assistant")) out += "<|turn>" + role + "\n";
+        if (!m.reasoning.empty() && (last_user == std::string::npos || i > last_user) && !m.tool_calls.empty())
+            out += std::string(kChannelStart) + "thought\n" + m.reasoning + "\n" + std::string(kChannelEnd);
+        for (const auto& call : m.tool_calls) {
+            out += render_tool_call(call.name, call.arguments);
+            last = Last::ToolCall;
+        }
+        bool responses = false;
+        if (!m.tool_calls.empty()) {
+            for (std::size_t k = i + 1; k < messages.size() && messages[k].role == "tool"; ++k) {
+                std::string name = messages[k].name.empty() ? "unknown" : messages[k].name;
+                for (const auto& call : m.tool_calls)
+                    if (!call.id.empty() && call.id == messages[k].tool_call_id) name = call.name;
+                out += render_tool_response(name, messages[k].content);
+                responses = true;
+                last = Last::ToolResponse;
+            }
+        }
+        out += m.content;
+        if (last == Last::ToolCall && !responses) out += kToolResponseStart;
+        else if (!(responses && m.content.empty())) out += "<turn|>\n";
+    }
+    if (add_generation_prompt && last != Last::ToolResponse && last != Last::ToolCall) {
+        out += "<|turn>model\n";
+        if (!thinking) out += kEmptyThought;
+    }
+    return out;
+}
+
+inline std::string render_prompt(const ChatRequest& r) { return render_prompt(r.messages, r.tools, r.thinking); }
+
+}  // namespace gemma4::server

@@ -1,0 +1,182 @@
+// A model reply, as it streams out, split into what OpenAI's API returns separately:
+// `reasoning_content` (the thought channel `<|channel>thought\n…<channel|>`), `content`, and
+// `tool_calls` (each `<|tool_call>call:NAME{…}<tool_call|>`, arguments as JSON). Markers that end
+// the reply (<turn|>, <eos>, <|tool_response>) are dropped. A call that does not parse stays in
+// the content as the text the model wrote, markers included: never an error.
+#pragma once
+
+#include "tool_format.hpp"
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gemma4::server {
+
+inline constexpr std::string_view kChannelOpen = "<|channel>";
+inline constexpr std::string_view kChannelClose = "<channel|>";
+
+struct ReplyEvent {
+    enum Kind { Content, Reasoning, ToolCall } kind;
+    std::string text;          ///< Content / Reasoning
+    ParsedToolCall call = {};  ///< ToolCall
+};
+
+class ReplyParser {
+public:
+    /// `parse_tools`: false when the request declared no tools (a call is then plain text).
+    explicit ReplyParser(bool parse_tools = true) : parse_tools_(parse_tools) {}
+
+    /// Takes the next piece of text; returns what became certain. Text that may be the start of
+    /// a marker is held back until the next piece decides.
+    std::vector<ReplyEvent> feed(std::string_view piece) {
+        buffer_ += piece;
+        std::vector<ReplyEvent> events;
+        run(events, false);
+        return events;
+    }
+
+    /// The end of the reply: releases what was held back. An unclosed thought stays reasoning; an
+    /// unclosed call becomes content.
+    std::vector<ReplyEvent> finish() {
+        std::vector<ReplyEvent> events;
+        run(events, true);
+        if (state_ == State::ToolCall) emit(events, ReplyEvent::Content, std::string(kToolCallStart) + call_);
+        if (state_ == State::ChannelName) emit(events, ReplyEvent::Reasoning, channel_name_);
+        state_ = State::Text;
+        call_.clear();
+        return events;
+    }
+
+    bool saw_tool_call() const { return calls_ > 0; }
+
+private:
+    enum class State { Text, ChannelName, Channel, ToolCall };
+
+    static constexpr std::array<std::string_view, 3> kDropped = {"<turn|>", "<eos>", kToolResponseStart};
+
+    void emit(std::vector<ReplyEvent>& events, ReplyEvent::Kind kind, std::string text) {
+        if (text.empty()) return;
+        if (!events.empty() && events.back().kind == kind && kind != ReplyEvent::ToolCall) {
+            events.back().text += text;
+            return;
+        }
+        events.push_back(ReplyEvent{kind, std::move(text)});
+    }
+
+    /// Length of the longest suffix of buffer_ that is a proper prefix of one of `markers`.
+    template <class Markers>
+    static std::size_t partial_marker(std::string_view text, const Markers& markers) {
+        std::size_t best = 0;
+        for (std::string_view m : markers)
+            for (std::size_t n = std::min(m.size() - 1, text.size()); n > best; --n)
+                if (text.substr(text.size() - n) == m.substr(0, n)) {
+                    best = n;
+                    break;
+                }
+        return best;
+    }
+
+    void run(std::vector<ReplyEvent>& events, bool final) {
+        while (!buffer_.empty()) {
+            if (state_ == State::ChannelName) {
+                const auto nl = buffer_.find('\n');
+                if (nl == std::string::npos) {
+                    channel_name_ += buffer_;
+                    buffer_.clear();
+                    if (channel_name_.size() > 64) {  // not a channel header after all: treat it as thought text
+                        emit(events, ReplyEvent::Reasoning, channel_name_);
+                        channel_name_.clear();
+                        state_ = State::Channel;
+                    }
+                    return;
+                }
+                channel_name_.clear();  // "thought": the channel's name is not part of the reasoning
+                buffer_.erase(0, nl + 1);
+                state_ = State::Channel;
+                continue;
+            }
+            if (state_ == State::ToolCall) {
+                // The closing marker may straddle pieces: look for it in everything since the opening.
+                const std::size_t searched = call_.size() >= kToolCallEnd.size() ? call_.size() - kToolCallEnd.size() + 1 : 0;
+                call_ += buffer_;
+                buffer_.clear();
+                const auto end = call_.find(kToolCallEnd, searched);
+                if (end == std::string::npos) return;
+                buffer_ = call_.substr(end + kToolCallEnd.size());
+                call_.resize(end);
+                if (auto call = parse_tool_call(call_)) {
+                    ++calls_;
+                    events.push_back(ReplyEvent{ReplyEvent::ToolCall, {}, std::move(*call)});
+                } else {
+                    emit(events, ReplyEvent::Content, std::string(kToolCallStart) + call_ + std::string(kToolCallEnd));
+                }
+                call_.clear();
+                state_ = State::Text;
+                continue;
+            }
+            const bool in_channel = state_ == State::Channel;
+            const auto kind = in_channel ? ReplyEvent::Reasoning : ReplyEvent::Content;
+            // The earliest marker that changes state or is dropped.
+            std::size_t at = std::string::npos, length = 0;
+            int which = -1;  // 0 open channel, 1 close channel, 2 tool call, 3 dropped
+            auto consider = [&](std::string_view marker, int id) {
+                const auto p = buffer_.find(marker);
+                if (p != std::string::npos && p < at) {
+                    at = p;
+                    length = marker.size();
+                    which = id;
+                }
+            };
+            if (in_channel) consider(kChannelClose, 1);
+            else consider(kChannelOpen, 0);
+            if (parse_tools_ && !in_channel) consider(kToolCallStart, 2);
+            for (auto d : kDropped) consider(d, 3);
+            if (which < 0) {
+                std::size_t keep = 0;
+                if (!final) {
+                    std::array<std::string_view, 6> markers = {in_channel ? kChannelClose : kChannelOpen, kDropped[0], kDropped[1], kDropped[2],
+                                                               parse_tools_ && !in_channel ? kToolCallStart : kDropped[0], kDropped[0]};
+                    keep = partial_marker(buffer_, markers);
+                }
+                emit(events, kind, buffer_.substr(0, buffer_.size() - keep));
+                buffer_.erase(0, buffer_.size() - keep);
+                return;
+            }
+            emit(events, kind, buffer_.substr(0, at));
+            buffer_.erase(0, at + length);
+            if (which == 0) state_ = State::ChannelName;
+            else if (which == 1) state_ = State::Text;
+            else if (which == 2) state_ = State::ToolCall;
+        }
+    }
+
+    bool parse_tools_;
+    State state_ = State::Text;
+    std::string buffer_, channel_name_, call_;
+    int calls_ = 0;
+};
+
+/// A whole reply at once (the non-streaming response).
+struct ParsedReply {
+    std::string content, reasoning;
+    std::vector<ParsedToolCall> tool_calls;
+};
+
+inline ParsedReply parse_reply(std::string_view text, bool parse_tools = true) {
+    ReplyParser parser(parse_tools);
+    ParsedReply out;
+    auto take = [&](std::vector<ReplyEvent> events) {
+        for (auto& e : events) {
+            if (e.kind == ReplyEvent::Content) out.content += e.text;
+            else if (e.kind == ReplyEvent::Reasoning) out.reasoning += e.text;
+            else out.tool_calls.push_back(std::move(e.call));
+        }
+    };
+    take(parser.feed(text));
+    take(parser.finish());
+    return out;
+}
+
+}  // namespace gemma4::server

@@ -1,0 +1,135 @@
+// Many clients at once: 64 streaming chats from 16 concurrent clients, with clients that hang up
+// mid-stream, malformed and oversized bodies and wrong keys mixed in. Every completed stream
+// must equal the same prompt run alone (greedy), and afterwards no request may hold KV pages.
+#include <catch2/catch.hpp>
+
+#include "server_process.hpp"
+#include "support/skip.hpp"
+
+#include <atomic>
+#include <mutex>
+
+using namespace gemma4::test;
+using nlohmann::json;
+
+namespace {
+
+const std::string kKey = "load-key";
+
+json chat(const std::string& text, int max_tokens, bool stream) {
+    return {{"messages", {{{"role", "system"}, {"content", "You are terse."}}, {{"role", "user"}, {"content", text}}}},
+            {"max_tokens", max_tokens},
+            {"temperature", 0},
+            {"stream", stream}};
+}
+
+}  // namespace
+
+TEST_CASE("serve under load: concurrent streams equal serial runs, misbehaving clients change nothing", "[server][e2e][load]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    ServerProcess server({"--api-key", kKey, "--parallel", "8", "--queue", "64", "--max-body", "65536"}, "load");
+    const int port = server.port();
+    constexpr int kPrompts = 16, kClients = 16, kPerClient = 4, kTokens = 8;
+    auto prompt = [](int i) { return "Question number " + std::to_string(i) + ": what comes next after " + std::to_string(i * 7) + "?"; };
+
+    // The reference: each prompt alone, one after the other, not streamed.
+    std::vector<std::string> expected(kPrompts);
+    for (int i = 0; i < kPrompts; ++i) {
+        const auto r = http(port, "POST", "/v1/chat/completions", chat(prompt(i), kTokens, false).dump(), kKey);
+        REQUIRE(r.status == 200);
+        expected[i] = r.json()["choices"][0]["message"]["content"];
+    }
+
+    std::atomic<int> completed{0}, mismatched{0}, failures{0};
+    std::mutex report_mutex;
+    std::string report;
+    std::vector<std::thread> clients;
+    for (int c = 0; c < kClients; ++c)
+        clients.emplace_back([&, c] {
+            for (int k = 0; k < kPerClient; ++k) {
+                const int i = (c * kPerClient + k) % kPrompts;
+                try {
+                    const auto r = http(port, "POST", "/v1/chat/completions", chat(prompt(i), kTokens, true).dump(), kKey);
+                    if (r.status != 200) {
+                        ++failures;
+                        std::lock_guard lock(report_mutex);
+                        report += "status " + std::to_string(r.status) + ": " + r.body + "\n";
+                        continue;
+                    }
+                    const auto events = sse_data(r.body);
+                    std::string content;
+                    for (std::size_t e = 0; e + 1 < events.size(); ++e) {
+                        const json delta = json::parse(events[e])["choices"][0]["delta"];
+                        if (delta.contains("content") && delta["content"].is_string()) content += delta["content"].get<std::string>();
+                    }
+                    if (events.back() != "[DONE]" || content != expected[i]) {
+                        ++mismatched;
+                        std::lock_guard lock(report_mutex);
+                        report += "prompt " + std::to_string(i) + ": got '" + content + "' expected '" + expected[i] + "'\n";
+                    }
+                    ++completed;
+                } catch (...) {
+                    ++failures;
+                }
+            }
+        });
+    // The misbehaving clients, at the same time.
+    std::atomic<int> misbehaviour_ok{0};
+    std::vector<std::thread> others;
+    others.emplace_back([&] {  // hang up after the first event
+        for (int k = 0; k < 6; ++k) {
+            Connection conn(port);
+            conn.send(request_text("POST", "/v1/chat/completions", chat("long story " + std::to_string(k), 200, true).dump(), kKey));
+            std::string got;
+            while (got.find("data: ") == std::string::npos) {
+                const auto part = conn.receive();
+                if (part.empty()) break;
+                got += part;
+            }
+            if (got.find("data: ") != std::string::npos) ++misbehaviour_ok;
+        }
+    });
+    others.emplace_back([&] {  // malformed JSON, wrong types
+        for (int k = 0; k < 6; ++k) {
+            if (http(port, "POST", "/v1/chat/completions", "{\"messages\":[{", kKey).status == 400) ++misbehaviour_ok;
+            if (http(port, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":1}]})", kKey).status == 400) ++misbehaviour_ok;
+        }
+    });
+    others.emplace_back([&] {  // oversized bodies, wrong keys
+        const std::string huge = chat(std::string(70000, 'x'), 2, false).dump();
+        for (int k = 0; k < 6; ++k) {
+            Connection conn(port);
+            conn.send(request_text("POST", "/v1/chat/completions", huge, kKey));  // may be cut short by the server's answer
+            if (parse_response(conn.receive_all()).status == 413) ++misbehaviour_ok;
+            if (http(port, "POST", "/v1/chat/completions", chat("x", 2, true).dump(), "wrong-key").status == 401) ++misbehaviour_ok;
+        }
+    });
+    for (auto& t : clients) t.join();
+    for (auto& t : others) t.join();
+    INFO(report);
+    CHECK(failures == 0);
+    CHECK(mismatched == 0);
+    CHECK(completed == kClients * kPerClient);
+    CHECK(misbehaviour_ok == 6 + 12 + 12);
+
+    // Nothing leaked: no running or queued request, no KV page beyond the prefix cache's.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::string m;
+    while (std::chrono::steady_clock::now() < deadline) {
+        m = http(port, "GET", "/metrics", "", kKey).body;
+        if (metric(m, "gemma4_active_sequences") == 0 && metric(m, "gemma4_kv_pages_in_use") == metric(m, "gemma4_prefix_cache_pages")) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    INFO(m);
+    CHECK(metric(m, "gemma4_active_sequences") == 0);
+    CHECK(metric(m, "gemma4_queue_depth") == 0);
+    CHECK(metric(m, "gemma4_kv_pages_in_use") == metric(m, "gemma4_prefix_cache_pages"));
+    CHECK(metric(m, "gemma4_http_streams_open") == 0);
+    CHECK(metric(m, "gemma4_requests_cancelled_total") >= 1);
+    CHECK(metric(m, "gemma4_requests_submitted_total") == metric(m, "gemma4_requests_finished_total"));
+    const auto health = http(port, "GET", "/health");
+    CHECK(health.status == 200);
+    CHECK(health.json()["status"] == "ok");
+}

@@ -1,0 +1,359 @@
+// `gemma4 serve` end to end on a tiny checkpoint, over loopback: the endpoints, SSE framing,
+// the error statuses (each followed by a request that still works), auth, body limits, client
+// disconnects, the queue bound and shutdown on SIGTERM.
+#include <catch2/catch.hpp>
+
+#include "server/data_url.hpp"
+#include "server_process.hpp"
+#include "support/skip.hpp"
+
+#include <future>
+
+using namespace gemma4::test;
+using nlohmann::json;
+
+namespace {
+
+const std::string kKey = "test-key-0123";
+
+json chat_body(const std::string& text, int max_tokens, bool stream = false) {
+    return {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", text}}}}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", stream}};
+}
+
+/// The reply text of a streamed chat: the concatenated content deltas; also checks the shape of
+/// every chunk and returns the finish reason and the usage chunk.
+struct StreamedChat {
+    std::string content, finish_reason;
+    json usage;
+    std::size_t events = 0;
+};
+
+StreamedChat read_chat_stream(const HttpResponse& r) {
+    REQUIRE(r.status == 200);
+    REQUIRE(r.chunked);
+    REQUIRE(r.header("Content-Type").rfind("text/event-stream", 0) == 0);
+    const auto events = sse_data(r.body);
+    REQUIRE(events.size() >= 2);
+    REQUIRE(events.back() == "[DONE]");
+    StreamedChat out;
+    out.events = events.size();
+    for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+        const json chunk = json::parse(events[i]);
+        REQUIRE(chunk["object"] == "chat.completion.chunk");
+        if (chunk["choices"].empty()) {
+            out.usage = chunk["usage"];
+            continue;
+        }
+        const json& choice = chunk["choices"][0];
+        if (choice["delta"].contains("content") && choice["delta"]["content"].is_string()) out.content += choice["delta"]["content"].get<std::string>();
+        if (!choice["finish_reason"].is_null()) out.finish_reason = choice["finish_reason"];
+    }
+    return out;
+}
+
+void require_openai_error(const HttpResponse& r, int status) {
+    INFO(r.body);
+    CHECK(r.status == status);
+    const json e = r.json();
+    REQUIRE(e.contains("error"));
+    CHECK(e["error"]["message"].is_string());
+    CHECK(!e["error"]["message"].get<std::string>().empty());
+    CHECK(e["error"]["type"].is_string());
+    CHECK(e["error"].contains("param"));
+    CHECK(e["error"].contains("code"));
+}
+
+std::string metrics(int port) { return http(port, "GET", "/metrics", "", kKey).body; }
+
+/// Waits until no request holds KV pages beyond the prefix cache.
+void wait_until_idle(int port) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+        const std::string m = metrics(port);
+        if (metric(m, "gemma4_active_sequences") == 0 && metric(m, "gemma4_queue_depth") == 0 &&
+            metric(m, "gemma4_kv_pages_in_use") == metric(m, "gemma4_prefix_cache_pages"))
+            return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    FAIL("requests still hold KV pages: " << metrics(port));
+}
+
+}  // namespace
+
+TEST_CASE("serve refuses a non-loopback address without --api-key", "[server][e2e][security]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    const auto r = run_cli("serve --model " + tiny_model().string() + " --host 0.0.0.0 --port 0");
+    CHECK(r.status == 1);
+    CHECK(r.err.find("--api-key") != std::string::npos);
+    CHECK(r.err.find("0.0.0.0") != std::string::npos);
+}
+
+TEST_CASE("serve: endpoints, SSE framing, errors, auth and limits", "[server][e2e]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    ServerProcess server({"--api-key", kKey, "--parallel", "4", "--max-body", "200000", "--max-soft-tokens", "70"});
+    const int port = server.port();
+    INFO(server.log());
+
+    SECTION("health, models, metrics") {
+        auto h = http(port, "GET", "/health");  // no key needed
+        CHECK(h.status == 200);
+        CHECK(h.json()["status"] == "ok");
+        auto m = http(port, "GET", "/v1/models", "", kKey);
+        REQUIRE(m.status == 200);
+        CHECK(m.json()["data"][0]["id"] == "tiny");
+        CHECK(http(port, "GET", "/v1/models/tiny", "", kKey).status == 200);
+        require_openai_error(http(port, "GET", "/v1/models/gpt-4", "", kKey), 404);
+        const std::string text = metrics(port);
+        CHECK(text.find("# TYPE gemma4_requests_submitted_total counter") != std::string::npos);
+        CHECK(metric(text, "gemma4_kv_pages_in_use") >= 0);
+        CHECK(metric(text, "gemma4_prefix_cache_hits_total") >= 0);
+    }
+
+    SECTION("chat, non-streaming and streaming, give the same greedy reply with usage") {
+        const auto plain = http(port, "POST", "/v1/chat/completions", chat_body("Hello there", 6).dump(), kKey);
+        REQUIRE(plain.status == 200);
+        const json r = plain.json();
+        CHECK(r["object"] == "chat.completion");
+        CHECK(r["choices"][0]["message"]["role"] == "assistant");
+        const std::string content = r["choices"][0]["message"]["content"];
+        const std::string finish = r["choices"][0]["finish_reason"];
+        CHECK((finish == "stop" || finish == "length"));
+        CHECK(r["usage"]["prompt_tokens"].get<int>() > 0);
+        CHECK(r["usage"]["completion_tokens"].get<int>() >= 1);
+        CHECK(r["usage"]["completion_tokens"].get<int>() <= 6);
+        CHECK(r["usage"]["total_tokens"] == r["usage"]["prompt_tokens"].get<int>() + r["usage"]["completion_tokens"].get<int>());
+
+        json body = chat_body("Hello there", 6, true);
+        body["stream_options"] = {{"include_usage", true}};
+        const auto streamed = http(port, "POST", "/v1/chat/completions", body.dump(), kKey);
+        const StreamedChat s = read_chat_stream(streamed);
+        CHECK(s.content == content);
+        CHECK(s.finish_reason == finish);
+        REQUIRE(s.usage.is_object());
+        CHECK(s.usage["completion_tokens"] == r["usage"]["completion_tokens"]);
+        CHECK(s.usage["prompt_tokens"] == r["usage"]["prompt_tokens"]);
+        // The second identical prompt can reuse the cached prefix.
+        CHECK(metric(metrics(port), "gemma4_requests_finished_total") >= 2);
+    }
+
+    SECTION("max_tokens gives finish_reason length; a stop string ends the reply before it") {
+        const auto r = http(port, "POST", "/v1/chat/completions", chat_body("Count", 3).dump(), kKey).json();
+        const int used = r["usage"]["completion_tokens"];
+        if (r["choices"][0]["finish_reason"] == "length") CHECK(used == 3);
+        // Use a piece of a longer reply as the stop string: the reply must end right before it.
+        const auto longer = http(port, "POST", "/v1/chat/completions", chat_body("Count", 12).dump(), kKey).json();
+        const std::string text = longer["choices"][0]["message"]["content"];
+        if (text.size() >= 4) {
+            const std::string stop = text.substr(text.size() / 2, 2);
+            json body = chat_body("Count", 12);
+            body["stop"] = json::array({stop});
+            const auto stopped = http(port, "POST", "/v1/chat/completions", body.dump(), kKey).json();
+            const std::string cut = stopped["choices"][0]["message"]["content"];
+            CHECK(cut == text.substr(0, text.find(stop)));
+            CHECK(stopped["choices"][0]["finish_reason"] == "stop");
+        }
+    }
+
+    SECTION("text completions, by text and by ids, streaming and not") {
+        const auto r = http(port, "POST", "/v1/completions", json{{"prompt", "Once upon"}, {"max_tokens", 5}, {"temperature", 0}}.dump(), kKey);
+        REQUIRE(r.status == 200);
+        const json j = r.json();
+        CHECK(j["object"] == "text_completion");
+        const std::string text = j["choices"][0]["text"];
+        const auto ids = http(port, "POST", "/tokenize", json{{"content", "Once upon"}, {"add_special", true}}.dump(), kKey).json()["tokens"];
+        const auto by_ids = http(port, "POST", "/v1/completions", json{{"prompt", ids}, {"max_tokens", 5}, {"temperature", 0}}.dump(), kKey).json();
+        CHECK(by_ids["choices"][0]["text"] == text);
+        const auto streamed = http(port, "POST", "/v1/completions",
+                                   json{{"prompt", "Once upon"}, {"max_tokens", 5}, {"temperature", 0}, {"stream", true}}.dump(), kKey);
+        REQUIRE(streamed.status == 200);
+        const auto events = sse_data(streamed.body);
+        REQUIRE(events.back() == "[DONE]");
+        std::string joined;
+        for (std::size_t i = 0; i + 1 < events.size(); ++i) joined += json::parse(events[i])["choices"][0]["text"].get<std::string>();
+        CHECK(joined == text);
+    }
+
+    SECTION("tokenize and detokenize round-trip") {
+        const auto t = http(port, "POST", "/tokenize", json{{"content", "hello world"}}.dump(), kKey);
+        REQUIRE(t.status == 200);
+        const json ids = t.json()["tokens"];
+        CHECK(!ids.empty());
+        const auto d = http(port, "POST", "/detokenize", json{{"tokens", ids}}.dump(), kKey);
+        REQUIRE(d.status == 200);
+        CHECK(d.json()["content"] == "hello world");
+        require_openai_error(http(port, "POST", "/detokenize", json{{"tokens", {-1}}}.dump(), kKey), 400);
+        require_openai_error(http(port, "POST", "/detokenize", json{{"tokens", {99999999}}}.dump(), kKey), 400);
+    }
+
+    SECTION("an image message and an audio message") {
+        json body = chat_body("", 3);
+        body["messages"][0]["content"] = {{{"type", "text"}, {"text", "What is this?"}}, {{"type", "image_url"}, {"image_url", {{"url", png_data_url()}}}}};
+        const auto r = http(port, "POST", "/v1/chat/completions", body.dump(), kKey);
+        INFO(r.body);
+        REQUIRE(r.status == 200);
+        CHECK(r.json()["usage"]["prompt_tokens"].get<int>() > 10);  // the image's soft tokens count
+        std::vector<std::int16_t> samples;
+        for (int i = 0; i < 800; ++i) samples.push_back(static_cast<std::int16_t>(6000 * std::sin(0.07 * i)));
+        const auto wav = wav_bytes(WavSpec{}, pcm16_data(samples));
+        body["messages"][0]["content"] = {{{"type", "input_audio"}, {"input_audio", {{"data", gemma4::server::encode_base64(std::string(wav.begin(), wav.end()))}, {"format", "wav"}}}}};
+        CHECK(http(port, "POST", "/v1/chat/completions", body.dump(), kKey).status == 200);
+    }
+
+    SECTION("every error status is OpenAI's error JSON, and the server keeps serving") {
+        const std::string ok_body = chat_body("hi", 2).dump();
+        auto still_serving = [&] { REQUIRE(http(port, "POST", "/v1/chat/completions", ok_body, kKey).status == 200); };
+        // 400: malformed JSON, wrong types, bad values, n > 1, bad media, remote URL, prompt too long.
+        require_openai_error(http(port, "POST", "/v1/chat/completions", "{\"messages\": [", kKey), 400);
+        still_serving();
+        require_openai_error(http(port, "POST", "/v1/chat/completions", R"({"messages":"hi"})", kKey), 400);
+        require_openai_error(http(port, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", kKey), 400);
+        require_openai_error(http(port, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":2})", kKey), 400);
+        json bad_image = chat_body("", 2);
+        bad_image["messages"][0]["content"] = {{{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,iVBORw0KGgoAAAAAAAA"}}}}};
+        auto r = http(port, "POST", "/v1/chat/completions", bad_image.dump(), kKey);
+        require_openai_error(r, 400);
+        CHECK(r.json()["error"]["param"] == "messages[0].content[0].image_url");
+        bad_image["messages"][0]["content"][0]["image_url"]["url"] = "data:image/png;base64,not base64!";
+        require_openai_error(http(port, "POST", "/v1/chat/completions", bad_image.dump(), kKey), 400);
+        bad_image["messages"][0]["content"][0]["image_url"]["url"] = "https://example.com/cat.png";
+        r = http(port, "POST", "/v1/chat/completions", bad_image.dump(), kKey);
+        require_openai_error(r, 400);
+        CHECK(r.json()["error"]["code"] == "remote_url_not_supported");
+        std::string long_text;
+        for (int i = 0; i < 3000; ++i) long_text += "word ";
+        r = http(port, "POST", "/v1/chat/completions", chat_body(long_text, 2).dump(), kKey);
+        require_openai_error(r, 400);
+        CHECK(r.json()["error"]["code"] == "context_length_exceeded");
+        still_serving();
+        // 401: no key, a wrong key, a key of the wrong length, another scheme.
+        require_openai_error(http(port, "POST", "/v1/chat/completions", ok_body), 401);
+        require_openai_error(http(port, "POST", "/v1/chat/completions", ok_body, "test-key-0124"), 401);
+        require_openai_error(http(port, "POST", "/v1/chat/completions", ok_body, "test-key-01234"), 401);
+        require_openai_error(http(port, "GET", "/metrics", "", "", "Authorization: Basic dGVzdA==\r\n"), 401);
+        require_openai_error(http(port, "GET", "/v1/models"), 401);
+        // 404: unknown route, unknown model.
+        require_openai_error(http(port, "GET", "/v1/nothing", "", kKey), 404);
+        json other_model = chat_body("hi", 2);
+        other_model["model"] = "gpt-4";
+        r = http(port, "POST", "/v1/chat/completions", other_model.dump(), kKey);
+        require_openai_error(r, 404);
+        CHECK(r.json()["error"]["code"] == "model_not_found");
+        // 413: a body over --max-body.
+        {
+            json huge = chat_body(std::string(300000, 'x'), 2);
+            require_openai_error(http(port, "POST", "/v1/chat/completions", huge.dump(), kKey), 413);
+        }
+        still_serving();
+        CHECK(http(port, "GET", "/health").status == 200);
+        CHECK(metric(metrics(port), "gemma4_http_responses_total{code=\"401\"}") >= 5);
+    }
+
+    SECTION("a client that disconnects mid-stream cancels its request and frees its pages") {
+        const auto before = metric(metrics(port), "gemma4_requests_cancelled_total");
+        {
+            Connection c(port);
+            c.send(request_text("POST", "/v1/chat/completions", chat_body("Tell me a long story", 400, true).dump(), kKey));
+            std::string got;
+            while (got.find("data: ") == std::string::npos) {
+                const auto part = c.receive();
+                REQUIRE(!part.empty());
+                got += part;
+            }
+        }  // closed after the first event
+        wait_until_idle(port);
+        const std::string m = metrics(port);
+        CHECK(metric(m, "gemma4_requests_cancelled_total") >= before + 1);
+        CHECK(metric(m, "gemma4_generated_tokens_total") < 400 + 200);  // it did not run to the end
+        CHECK(http(port, "GET", "/health").json()["status"] == "ok");
+    }
+}
+
+TEST_CASE("serve: a full queue answers 429 and the server recovers", "[server][e2e]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    ServerProcess server({"--parallel", "1", "--queue", "1"}, "queue");
+    const int port = server.port();
+    std::vector<std::future<HttpResponse>> replies;
+    for (int i = 0; i < 6; ++i)
+        replies.push_back(std::async(std::launch::async, [&, i] {
+            return http(port, "POST", "/v1/chat/completions", chat_body("story " + std::to_string(i), 300).dump());
+        }));
+    int ok = 0, busy = 0;
+    for (auto& f : replies) {
+        const HttpResponse r = f.get();
+        if (r.status == 200) ++ok;
+        else {
+            require_openai_error(r, 429);
+            CHECK(r.json()["error"]["type"] == "rate_limit_error");
+            ++busy;
+        }
+    }
+    CHECK(ok >= 1);
+    CHECK(busy >= 1);
+    CHECK(ok + busy == 6);
+    CHECK(http(port, "POST", "/v1/chat/completions", chat_body("again", 2).dump()).status == 200);
+}
+
+TEST_CASE("serve: SIGTERM stops accepting, finishes in-flight streams and exits 0", "[server][e2e]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    ServerProcess server({"--grace", "0.3"}, "shutdown", slower_model());
+    const int port = server.port();
+    // A reply as long as the context (seconds on this model), and a short one that ends in time.
+    Connection long_stream(port), short_stream(port);
+    json long_body = chat_body("A very long story", 100000, true), short_body = chat_body("A short one", 5, true);
+    long_body["model"] = short_body["model"] = "slower";
+    long_stream.send(request_text("POST", "/v1/chat/completions", long_body.dump(), ""));
+    short_stream.send(request_text("POST", "/v1/chat/completions", short_body.dump(), ""));
+    std::string got = long_stream.receive();
+    REQUIRE(!got.empty());
+    std::string got_short = short_stream.receive();  // both are being answered before the signal
+    REQUIRE(!got_short.empty());
+    const auto start = std::chrono::steady_clock::now();
+    const auto status = server.stop(SIGTERM, std::chrono::seconds(30));
+    REQUIRE(status);
+    CHECK(*status == 0);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    got += long_stream.receive_all();
+    // Both streams were ended properly, the long one cancelled after the grace period: a final
+    // chunk with its finish_reason, then [DONE]; not cut off mid-stream.
+    got_short += short_stream.receive_all();
+    for (const std::string& raw : {got, got_short}) {
+        INFO("response ends with: " << raw.substr(raw.size() > 600 ? raw.size() - 600 : 0));
+        const auto r = parse_response(raw);
+        REQUIRE(r.status == 200);
+        const auto events = sse_data(r.body);
+        REQUIRE(events.size() >= 2);
+        CHECK(events.back() == "[DONE]");
+        CHECK(!json::parse(events[events.size() - 2])["choices"][0]["finish_reason"].is_null());
+    }
+    const auto events = sse_data(parse_response(got).body);
+    CHECK(events.size() < 4000);  // cancelled, not run to the end of the context
+    CHECK(server.log().find("SIGTERM") != std::string::npos);
+    // Nothing listens any more.
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0);
+    ::close(fd);
+}
+
+TEST_CASE("serve: SIGINT while idle exits 0 at once", "[server][e2e]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    ServerProcess server({}, "sigint");
+    REQUIRE(http(server.port(), "GET", "/health").status == 200);
+    const auto status = server.stop(SIGINT, std::chrono::seconds(10));
+    REQUIRE(status);
+    CHECK(*status == 0);
+    CHECK(server.log().find("SIGINT") != std::string::npos);
+}
