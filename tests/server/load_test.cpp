@@ -14,7 +14,7 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kKey = "load-key";
+const std::string kLoadKey = "load-key";
 
 json chat(const std::string& text, int max_tokens, bool stream) {
     return {{"messages", {{{"role", "system"}, {"content", "You are terse."}}, {{"role", "user"}, {"content", text}}}},
@@ -29,7 +29,7 @@ TEST_CASE("serve under load: concurrent streams equal serial runs, misbehaving c
 #ifndef GEMMA4_HAVE_SERVE
     GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
 #endif
-    ServerProcess server({"--api-key", kKey, "--parallel", "8", "--queue", "64", "--max-body", "65536"}, "load");
+    ServerProcess server({"--api-key", kLoadKey, "--parallel", "8", "--queue", "64", "--max-body", "65536"}, "load");
     const int port = server.port();
     constexpr int kPrompts = 16, kClients = 16, kPerClient = 4, kTokens = 8;
     auto prompt = [](int i) { return "Question number " + std::to_string(i) + ": what comes next after " + std::to_string(i * 7) + "?"; };
@@ -37,7 +37,7 @@ TEST_CASE("serve under load: concurrent streams equal serial runs, misbehaving c
     // The reference: each prompt alone, one after the other, not streamed.
     std::vector<std::string> expected(kPrompts);
     for (int i = 0; i < kPrompts; ++i) {
-        const auto r = http(port, "POST", "/v1/chat/completions", chat(prompt(i), kTokens, false).dump(), kKey);
+        const auto r = http(port, "POST", "/v1/chat/completions", chat(prompt(i), kTokens, false).dump(), kLoadKey);
         REQUIRE(r.status == 200);
         expected[i] = r.json()["choices"][0]["message"]["content"];
     }
@@ -51,7 +51,7 @@ TEST_CASE("serve under load: concurrent streams equal serial runs, misbehaving c
             for (int k = 0; k < kPerClient; ++k) {
                 const int i = (c * kPerClient + k) % kPrompts;
                 try {
-                    const auto r = http(port, "POST", "/v1/chat/completions", chat(prompt(i), kTokens, true).dump(), kKey);
+                    const auto r = http(port, "POST", "/v1/chat/completions", chat(prompt(i), kTokens, true).dump(), kLoadKey);
                     if (r.status != 200) {
                         ++failures;
                         std::lock_guard lock(report_mutex);
@@ -81,7 +81,7 @@ TEST_CASE("serve under load: concurrent streams equal serial runs, misbehaving c
     others.emplace_back([&] {  // hang up after the first event
         for (int k = 0; k < 6; ++k) {
             Connection conn(port);
-            conn.send(request_text("POST", "/v1/chat/completions", chat("long story " + std::to_string(k), 200, true).dump(), kKey));
+            conn.send(request_text("POST", "/v1/chat/completions", chat("long story " + std::to_string(k), 200, true).dump(), kLoadKey));
             std::string got;
             while (got.find("data: ") == std::string::npos) {
                 const auto part = conn.receive();
@@ -93,15 +93,15 @@ TEST_CASE("serve under load: concurrent streams equal serial runs, misbehaving c
     });
     others.emplace_back([&] {  // malformed JSON, wrong types
         for (int k = 0; k < 6; ++k) {
-            if (http(port, "POST", "/v1/chat/completions", "{\"messages\":[{", kKey).status == 400) ++misbehaviour_ok;
-            if (http(port, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":1}]})", kKey).status == 400) ++misbehaviour_ok;
+            if (http(port, "POST", "/v1/chat/completions", "{\"messages\":[{", kLoadKey).status == 400) ++misbehaviour_ok;
+            if (http(port, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":1}]})", kLoadKey).status == 400) ++misbehaviour_ok;
         }
     });
     others.emplace_back([&] {  // oversized bodies, wrong keys
         const std::string huge = chat(std::string(70000, 'x'), 2, false).dump();
         for (int k = 0; k < 6; ++k) {
             Connection conn(port);
-            conn.send(request_text("POST", "/v1/chat/completions", huge, kKey));  // may be cut short by the server's answer
+            conn.send(request_text("POST", "/v1/chat/completions", huge, kLoadKey));  // may be cut short by the server's answer
             if (parse_response(conn.receive_all()).status == 413) ++misbehaviour_ok;
             if (http(port, "POST", "/v1/chat/completions", chat("x", 2, true).dump(), "wrong-key").status == 401) ++misbehaviour_ok;
         }
@@ -118,7 +118,7 @@ TEST_CASE("serve under load: concurrent streams equal serial runs, misbehaving c
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     std::string m;
     while (std::chrono::steady_clock::now() < deadline) {
-        m = http(port, "GET", "/metrics", "", kKey).body;
+        m = http(port, "GET", "/metrics", "", kLoadKey).body;
         if (metric(m, "gemma4_active_sequences") == 0 && metric(m, "gemma4_kv_pages_in_use") == metric(m, "gemma4_prefix_cache_pages")) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
