@@ -296,6 +296,9 @@ SessionFileContents<T> read_session_file(const std::filesystem::path& path, cons
     const auto max_positions = static_cast<std::uint64_t>(config.max_position_embeddings);
     s.history = r.ids("history", max_positions + 1, config.vocab_size);
     s.pending = r.ids("pending", 1, config.vocab_size);
+    for (const std::int32_t id : s.pending)  // a sampled id, and placeholders are never sampled
+        if (id == config.tokens.image || id == config.tokens.audio || id == config.tokens.video)
+            r.fail("pending: id " + std::to_string(id) + " is an image/audio placeholder");
     s.random.started = r.boolean("random.started");
     s.random.seed = r.u64("random.seed");
     for (auto& word : s.random.state) word = r.u64("random.state");
