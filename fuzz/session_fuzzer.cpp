@@ -46,7 +46,7 @@ template <class S>
 void check_continues(S& s, std::int64_t cached, std::size_t history) {
     if (static_cast<std::int64_t>(history) < cached) gemma4::fuzz::fail("a loaded history is shorter than its cache");
     gemma4::fuzz::expect_ok_or_error([&] {  // a full context is a ContextLengthError
-        const std::vector<std::int32_t> next = {10};
+        const std::vector<std::int32_t> next = {100};
         s.generate(std::span<const std::int32_t>(next), {.max_new_tokens = 1, .sampling = {.temperature = 0.0}});
     });
 }

@@ -428,3 +428,21 @@ TEST_CASE("session file size: the ids, the stream and only the pages still held"
         last_sliding_bytes = sliding_bytes;
     }
 }
+
+TEST_CASE("a prompt with a placeholder id but no soft tokens is refused, the session unchanged", "[session-file]") {
+    const Model<float>& m = model<float>();
+    Session<float> a(m);
+    const auto p = ids_from(2, 5);
+    a.generate(std::span<const std::int32_t>(p), options(false, 2));
+    const auto history = a.history();
+    const std::vector<std::int32_t> image = {m.config().tokens.image};
+    REQUIRE_THROWS_AS(a.generate(std::span<const std::int32_t>(image), options(false, 2)), InvalidArgument);
+    REQUIRE_THROWS_WITH(a.generate(std::span<const std::int32_t>(image), options(false, 2)),
+                        Catch::Contains("1 image/audio placeholder ids but 0 soft-token rows"));
+    CHECK(a.history() == history);
+    // The pending id is still fed first by the next call.
+    const auto q = ids_from(70, 2);
+    Session<float> b(m);
+    b.generate(std::span<const std::int32_t>(p), options(false, 2));
+    CHECK(a.generate(std::span<const std::int32_t>(q), options(false, 3)).ids == b.generate(std::span<const std::int32_t>(q), options(false, 3)).ids);
+}

@@ -103,6 +103,16 @@ public:
                                      std::to_string(cache_.length(seq_)) + " earlier ones exceeds the context of " +
                                      std::to_string(limit) + " tokens");
 
+        // Each placeholder id takes one soft-token row; without this check a placeholder with
+        // no rows would slice past the end of the (empty) soft-token plan.
+        std::int64_t placeholders = 0;
+        for (const std::int32_t id : feed) placeholders += model_->is_placeholder(id);
+        const std::size_t soft_values = soft ? soft->rows.size() : 0;
+        if (static_cast<std::size_t>(placeholders * model_->config().hidden_size) != soft_values)
+            throw InvalidArgument("generate: the prompt has " + std::to_string(placeholders) + " image/audio placeholder ids but " +
+                                  std::to_string(soft_values / static_cast<std::size_t>(model_->config().hidden_size)) +
+                                  " soft-token rows were given");
+
         // A sampled image/audio placeholder could not be fed back (it stands for a soft token
         // that does not exist), so those ids are never sampled.
         SamplingParams sampling = options.sampling;
