@@ -16,11 +16,6 @@ namespace {
 gemma4::fuzz::SessionFixture g_fixture;
 std::filesystem::path g_scratch;
 
-std::uint64_t load_u64(const std::uint8_t* p) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-    return v;
-}
 void store_u64(std::uint8_t* p, std::uint64_t v) {
     for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
 }
