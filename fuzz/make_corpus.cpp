@@ -9,6 +9,8 @@
 #include <gemma4/model/random_checkpoint.hpp>
 #include <gemma4/tokenizer/tiny_tokenizer.hpp>
 
+#include "session_fixture.hpp"
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -472,6 +474,48 @@ void gguf() {
 }
 }  // namespace
 
+// Session files of the fuzz_session model: a short one, one past the sliding window, an Int8
+// cache, chats before and after their first reply; then another version and a truncation.
+void sessions(const fs::path& tmp) {
+    using namespace gemma4;
+    const fuzz::SessionFixture f = fuzz::make_session_fixture(tmp / "session_model");
+    const Model<float>& model = *f.model;
+    const GenerateOptions greedy{.max_new_tokens = 3, .sampling = {.temperature = 0.0}};
+    const GenerateOptions sampled{.max_new_tokens = 4, .sampling = {.temperature = 1.0, .seed = 3}};
+    const auto save = [&](const std::string& name, const auto& session) {
+        session.save(tmp / "s.g4s");
+        put("session", name, read_file(tmp / "s.g4s"));
+    };
+    std::vector<std::int32_t> ids;
+    for (std::int32_t i = 0; i < 40; ++i) ids.push_back(20 + i);
+    {
+        Session<float> s(model);
+        s.generate(std::span<const std::int32_t>(ids).first(4), greedy);
+        save("short", s);
+    }
+    {
+        Session<float> s(model);
+        s.generate(std::span<const std::int32_t>(ids), sampled);
+        save("past_window", s);
+    }
+    {
+        Session<float> s(model, nullptr, {.kv_dtype = KVDtype::Int8});
+        s.generate(std::span<const std::int32_t>(ids).first(20), greedy);
+        save("int8", s);
+    }
+    {
+        ChatSession<float> chat(model, *f.tokenizer, {}, std::string("Be brief."));
+        save("chat_start", chat);
+        chat.reply("Hello", sampled);
+        save("chat_one_turn", chat);
+    }
+    Bytes v2 = read_file(g_root / "session" / "short");
+    v2[8] = 2;
+    put("session", "version_2", v2);
+    const Bytes whole = read_file(g_root / "session" / "past_window");
+    put("session", "truncated", Bytes(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(whole.size() / 2)));
+}
+
 int main(int argc, char** argv) {
     if (argc != 2) {
         std::fprintf(stderr, "usage: %s <corpus folder>\n", argv[0]);
@@ -489,6 +533,7 @@ int main(int argc, char** argv) {
         npy(tmp);
         images();
         wavs();
+        sessions(tmp);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "%s\n", e.what());
         fs::remove_all(tmp);

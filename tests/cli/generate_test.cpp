@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+
 using namespace gemma4;
 using test::run_cli;
 
@@ -60,6 +62,41 @@ TEST_CASE("chat answers each line and keeps going", "[cli][chat]") {
     CHECK(r.status == 0);
     CHECK(std::count(r.out.begin(), r.out.end(), '>') >= 3);  // three prompts: two turns and /exit
     CHECK(std::count(r.err.begin(), r.err.end(), '[') == 2);  // stats after each reply
+}
+
+TEST_CASE("chat --session: two runs of one turn each equal one run of both turns", "[cli][chat]") {
+    const auto dir = test::temp_dir("cli_chat_session");
+    REQUIRE(run_cli("make-tiny --out " + (dir / "m").string()).status == 0);
+    // Sampled, so the second run must also continue the first run's random stream.
+    const std::string chat = "chat --model " + (dir / "m").string() + " --system 'Be brief.' --max-new-tokens 8 --temperature 1 --seed 5";
+    const std::string turns[2] = {"Hello\n", "How are you?\n"};
+    const auto both = run_cli(chat, turns[0] + turns[1]);
+    INFO(both.err);
+    REQUIRE(both.status == 0);
+
+    const std::string file = (dir / "conversation.g4s").string();
+    const auto first = run_cli(chat + " --session " + file, turns[0]);
+    INFO(first.err);
+    REQUIRE(first.status == 0);
+    REQUIRE(std::filesystem::exists(file));
+    CHECK(first.err.find("resumed") == std::string::npos);
+    const auto second = run_cli(chat + " --session " + file, turns[1]);
+    INFO(second.err);
+    REQUIRE(second.status == 0);
+    CHECK(second.err.find("resumed") != std::string::npos);
+    // Each run prints "> " again when its input ends.
+    REQUIRE(first.out.size() >= 2);
+    REQUIRE(first.out.substr(first.out.size() - 2) == "> ");
+    CHECK(first.out + second.out.substr(2) == both.out);
+    // Only replies count: the reply of a fresh run's single turn differs from the resumed one.
+    const auto alone = run_cli(chat, turns[1]);
+    CHECK(alone.out != second.out);
+
+    // A file that is not a session: one line naming it, status 1.
+    std::ofstream(dir / "junk.g4s") << "not a session";
+    const auto junk = run_cli(chat + " --session " + (dir / "junk.g4s").string(), turns[0]);
+    CHECK(junk.status == 1);
+    CHECK(junk.err.find("junk.g4s: truncated") != std::string::npos);
 }
 
 TEST_CASE("demo writes its model once and generates", "[cli][demo]") {

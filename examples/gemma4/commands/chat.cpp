@@ -1,5 +1,6 @@
 // gemma4 chat: an interactive conversation in the Gemma 4 turn format, replies streamed. The
-// KV cache is kept between turns, so each turn prefills only its own tokens.
+// KV cache is kept between turns, so each turn prefills only its own tokens; --session keeps the
+// conversation in a file across runs.
 #include "../generation_args.hpp"
 #include "../media_args.hpp"
 
@@ -14,6 +15,7 @@ int run(cli::Args& args) {
     const std::filesystem::path dir = args.require("model");
     const auto system = args.get("system");
     const bool think = args.flag("think");
+    const auto session_file = args.get("session");
     const auto threads = args.number<unsigned>("threads", 0);
     const Model<float> model = Model<float>::load(dir, ModelOptions{threads});
     GenerateOptions options = cli::read_generate_options(args, dir, model.config());
@@ -26,6 +28,13 @@ int run(cli::Args& args) {
     // A reply ends with <turn|> even when config.json lists only <eos>.
     if (const auto turn_end = tokenizer->token_to_id("<turn|>")) options.stop_ids.push_back(*turn_end);
     ChatSession<float> chat(model, *tokenizer, ChatOptions{.enable_thinking = think}, system);
+    // --session: continue the conversation saved there (its system prompt and options come with
+    // it), and save it again after every reply, so that a later run picks up where this one ends.
+    if (session_file && std::filesystem::exists(*session_file)) {
+        chat.load(*session_file);
+        std::fprintf(stderr, "[resumed %lld tokens from %s]\n", static_cast<long long>(chat.session().history().size()),
+                     session_file->c_str());
+    }
     options.on_token = [&](std::int32_t id, std::string_view text) {
         if (id >= 0 && tokenizer->is_special(id)) return true;  // <turn|> and friends stay unprinted
         std::fwrite(text.data(), 1, text.size(), stdout);
@@ -52,6 +61,7 @@ int run(cli::Args& args) {
         next_audio += n_audios;
         std::fputs("\n", stdout);
         cli::print_stats(r);
+        if (session_file) chat.save(*session_file);
     }
     return 0;
 }
@@ -61,6 +71,7 @@ const cli::Command reg{"chat", "interactive chat, replies streamed (the KV cache
                            {"model", "PATH", "checkpoint directory (config.json, *.safetensors, tokenizer.json) or .gguf file", cli::kRequired},
                            {"system", "TEXT", "system prompt"},
                            {"think", "", "let the model think before it answers"},
+                           {"session", "FILE", "resume the conversation saved in FILE if it exists; save it there after each reply"},
                        } + cli::generation_options() + cli::media_file_options() + cli::threads_option(),
                        run};
 

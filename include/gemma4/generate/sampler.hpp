@@ -12,6 +12,7 @@
 #include <gemma4/error.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -66,6 +67,14 @@ public:
 
     /// Uniform in [0, 1) with 53 random bits, exactly representable as a double.
     double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+    /// The whole state: a generator set to it continues the same sequence.
+    std::array<std::uint64_t, 4> state() const { return {state_[0], state_[1], state_[2], state_[3]}; }
+    /// All zero is the one state xoshiro never leaves (it would draw 0 forever).
+    void set_state(const std::array<std::uint64_t, 4>& s) {
+        if (!(s[0] | s[1] | s[2] | s[3])) throw InvalidArgument("Sampler: the all-zero generator state is not valid");
+        for (std::size_t i = 0; i < 4; ++i) state_[i] = s[i];
+    }
 
 private:
     static std::uint64_t splitmix64(std::uint64_t& x) {
@@ -289,6 +298,11 @@ public:
         history_.seen.insert(id);
         ++history_.generated_counts[id];
     }
+
+    /// The random generator's state, to continue its sequence in another Sampler (a Session
+    /// carries it from one call to the next, and into its saved file).
+    std::array<std::uint64_t, 4> rng_state() const { return rng_.state(); }
+    void set_rng_state(const std::array<std::uint64_t, 4>& state) { rng_.set_state(state); }
 
     /// Forgets prompt and reply and restarts the random sequence from the seed.
     void reset() {

@@ -8,6 +8,7 @@
 #include <gemma4/error.hpp>
 #include <gemma4/generate/chat.hpp>
 #include <gemma4/generate/sampler.hpp>
+#include <gemma4/generate/session_file.hpp>
 #include <gemma4/generate/stop.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/multimodal.hpp>
@@ -16,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -75,6 +77,9 @@ struct GenerateOptions {
 };
 
 template <class T>
+class ChatSession;
+
+template <class T>
 class Session {
 public:
     /// `tokenizer` may be null for id-only use; both must outlive the session.
@@ -88,8 +93,7 @@ public:
         using clock = std::chrono::steady_clock;
         const auto start = clock::now();
         GenerationResult result;
-        std::vector<std::int32_t> feed = std::move(pending_);
-        pending_.clear();
+        std::vector<std::int32_t> feed = pending_;
         feed.insert(feed.end(), prompt.begin(), prompt.end());
         if (feed.empty()) throw InvalidArgument("generate: empty prompt");
         if (options.max_new_tokens < 0) throw InvalidArgument("generate: max_new_tokens must be >= 0");
@@ -99,12 +103,27 @@ public:
                                      std::to_string(cache_.length(seq_)) + " earlier ones exceeds the context of " +
                                      std::to_string(limit) + " tokens");
 
+        // Each placeholder id takes one soft-token row; without this check a placeholder with
+        // no rows would slice past the end of the (empty) soft-token plan.
+        std::int64_t placeholders = 0;
+        for (const std::int32_t id : feed) placeholders += model_->is_placeholder(id);
+        const std::size_t soft_values = soft ? soft->rows.size() : 0;
+        if (static_cast<std::size_t>(placeholders * model_->config().hidden_size) != soft_values)
+            throw InvalidArgument("generate: the prompt has " + std::to_string(placeholders) + " image/audio placeholder ids but " +
+                                  std::to_string(soft_values / static_cast<std::size_t>(model_->config().hidden_size)) +
+                                  " soft-token rows were given");
+
         // A sampled image/audio placeholder could not be fed back (it stands for a soft token
         // that does not exist), so those ids are never sampled.
         SamplingParams sampling = options.sampling;
         const TokenIds& special = model_->config().tokens;
         sampling.suppress_tokens.insert(sampling.suppress_tokens.end(), {special.image, special.audio, special.video});
         Sampler sampler(sampling);
+        // The session draws from one random stream: a call with the seed the stream started
+        // from continues it, another seed starts it afresh (see random_).
+        if (random_.started && random_.seed == sampling.seed) sampler.set_rng_state(random_.state);
+        else random_ = {true, sampling.seed, sampler.rng_state()};
+        pending_.clear();  // only now: a call refused above keeps its pending id
         history_.insert(history_.end(), prompt.begin(), prompt.end());  // pending ids are in it already
         sampler.set_prompt(history_);
 
@@ -160,6 +179,7 @@ public:
             const auto r = logits.row(0);
             for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>(r[i]);
             const std::int32_t id = sampler.sample(row);
+            random_.state = sampler.rng_state();
             sampler.accept(id);
             if (!first) {
                 first = clock::now();
@@ -232,12 +252,31 @@ public:
     const Model<T>& model() const { return *model_; }
     const Tokenizer* tokenizer() const { return tokenizer_; }
 
+    /// Forgets the conversation and the random stream.
     void reset() {
         cache_.remove_sequence(seq_);
         seq_ = cache_.add_sequence();
         history_.clear();
         pending_.clear();
+        random_ = {};
     }
+
+    /// Writes the conversation to `path` (replacing the file): its ids, the ids not yet in the
+    /// cache, the random stream, and the KV pages the sequence holds. load() into a session over
+    /// the same model (same config, scalar type and KV dtype) continues exactly where this one
+    /// is: the next call gives the tokens and logits it would have given here.
+    /// docs/session-file.md describes the format.
+    void save(const std::filesystem::path& path) const { write_file(path, nullptr); }
+
+    /// Replaces this session's conversation with the one saved in `path`. Nothing changes
+    /// unless the whole file is read and valid: FormatError for a bad file (truncated,
+    /// corrupted, another version), ConfigError for a file of another model, InvalidArgument
+    /// for another scalar type or KV dtype or a ChatSession's file; IoError if it cannot be read.
+    void load(const std::filesystem::path& path) { adopt(read_file(path, SessionFileKind::Session)); }
+
+    /// The session's cache and the sequence it uses (to inspect pages, or to fork).
+    const KVCache<T>& cache() const { return cache_; }
+    SeqId sequence() const { return seq_; }
 
     /// TokenizerError if the tokenizer produced an id the model does not have (a tokenizer with
     /// a larger vocabulary than the checkpoint's).
@@ -249,12 +288,33 @@ public:
     }
 
 private:
+    friend class ChatSession<T>;
+
+    void write_file(const std::filesystem::path& path, const ChatState* chat) const {
+        detail::write_session_file(path, model_->config(), cache_, seq_, history_, pending_, random_, chat);
+    }
+    SessionFileContents<T> read_file(const std::filesystem::path& path, SessionFileKind kind) const {
+        return detail::read_session_file<T>(path, model_->config(), cache_.options(), kind);
+    }
+    void adopt(SessionFileContents<T>&& s) {
+        cache_ = std::move(s.cache);
+        seq_ = s.seq;
+        history_ = std::move(s.history);
+        pending_ = std::move(s.pending);
+        random_ = s.random;
+    }
+
     const Model<T>* model_;
     const Tokenizer* tokenizer_;
     KVCache<T> cache_;
     SeqId seq_;
     std::vector<std::int32_t> history_;
     std::vector<std::int32_t> pending_;
+    /// One random stream for the whole conversation, so that sampled calls do not repeat each
+    /// other's draws and a saved session continues the stream where it stopped. It starts from
+    /// sampling.seed at the first call; a later call with another seed starts it again from
+    /// that seed; reset() forgets it.
+    SessionRandomState random_;
 };
 
 /// A chat over a Session: renders the Gemma 4 turn format and feeds only each new turn.
@@ -291,6 +351,28 @@ public:
     }
 
     Session<T>& session() { return session_; }
+    const Session<T>& session() const { return session_; }
+
+    /// Session::save plus the chat's own state: the messages not yet sent (a system prompt
+    /// before the first turn), the last reply, whether the next turn is the first, the options.
+    void save(const std::filesystem::path& path) const {
+        const ChatState chat{options_, pending_messages_, last_reply_, first_turn_};
+        session_.write_file(path, &chat);
+    }
+
+    /// Replaces the conversation with the one in `path` (a ChatSession's file), the chat
+    /// options included; errors as Session::load, and nothing changes on error.
+    void load(const std::filesystem::path& path) {
+        SessionFileContents<T> s = session_.read_file(path, SessionFileKind::Chat);
+        ChatState chat = std::move(*s.chat);
+        session_.adopt(std::move(s));
+        options_ = chat.options;
+        pending_messages_ = std::move(chat.pending_messages);
+        last_reply_ = std::move(chat.last_reply);
+        first_turn_ = chat.first_turn;
+    }
+
+    const ChatOptions& options() const { return options_; }
 
 private:
     Session<T> session_;

@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -231,6 +233,99 @@ public:
         return j < table.size() ? table[j] : -1;
     }
 
+    // ---- one sequence's state, for saving and restoring it (model/kv_state.hpp) --------------
+
+    const KVCacheOptions& options() const { return options_; }
+    std::int64_t max_positions() const { return max_positions_; }
+    /// Bytes of one page of `kind`: every layer of that kind, K and V, 16 positions.
+    std::size_t page_bytes(AttentionKind kind) const { return pools_[kind_index(kind)].page_bytes; }
+
+    /// The page slots (position / 16) [first, end) that a sequence of `length` positions holds
+    /// for `kind` after its forward steps: every slot up to its last position on full layers,
+    /// only those a later query can still see on sliding layers, none for a kind without layers.
+    std::pair<std::int64_t, std::int64_t> held_slots(AttentionKind kind, std::int64_t length) const {
+        const int k = kind_index(kind);
+        if (pools_[k].layers == 0 || length <= 0) return {0, 0};
+        const std::int64_t end = (length + kPageSize - 1) / kPageSize;
+        const std::int64_t first = k == 0 ? std::max<std::int64_t>(0, length - window_ + 1) / kPageSize : 0;
+        return {std::min(first, end), end};
+    }
+
+    /// Copies the page at `slot` of sequence s for `kind` into `out` (page_bytes(kind) bytes).
+    /// Rows of positions at or past the sequence's length are written as zeros: they hold
+    /// nothing yet (or a former owner's data), and the copy should depend only on what s wrote.
+    void export_page(SeqId s, AttentionKind kind, std::int64_t slot, std::span<std::byte> out) const {
+        const Sequence& seq = at(s);
+        const int k = kind_index(kind);
+        const Pool& p = pools_[k];
+        const auto [first, end] = held_slots(kind, seq.length);
+        if (slot < first || slot >= end || static_cast<std::size_t>(slot) >= seq.table[k].size() ||
+            seq.table[k][static_cast<std::size_t>(slot)] < 0)
+            throw InvalidArgument("KV cache: sequence " + std::to_string(s) + " holds no " +
+                                  std::string(attention_kind_name(kind)) + " page at slot " + std::to_string(slot));
+        if (out.size() != p.page_bytes)
+            throw InvalidArgument("KV cache: export_page needs " + std::to_string(p.page_bytes) + " bytes, got " + std::to_string(out.size()));
+        const std::byte* page = p.storage[static_cast<std::size_t>(seq.table[k][static_cast<std::size_t>(slot)])].get();
+        std::copy_n(page, p.page_bytes, out.data());
+        const std::int64_t written = std::min(kPageSize, seq.length - slot * kPageSize);
+        if (written == kPageSize) return;
+        const std::int64_t rows = p.layers * 2 * kPageSize;
+        const std::size_t row_bytes = static_cast<std::size_t>(p.kv_dim) * (int8() ? 1 : sizeof(T));
+        const std::size_t scale_bytes = static_cast<std::size_t>(heads(p)) * sizeof(float);
+        for (std::int64_t block = 0; block < p.layers * 2; ++block)  // (layer, K/V) blocks of 16 rows
+            for (std::int64_t r = block * kPageSize + written; r < (block + 1) * kPageSize; ++r) {
+                std::fill_n(out.data() + static_cast<std::size_t>(r) * row_bytes, row_bytes, std::byte{0});
+                if (int8())
+                    std::fill_n(out.data() + static_cast<std::size_t>(rows) * row_bytes + static_cast<std::size_t>(r) * scale_bytes,
+                                scale_bytes, std::byte{0});
+            }
+    }
+
+    /// A new sequence of `length` positions holding fresh zeroed pages (reference count 1) at
+    /// exactly held_slots() of each kind; fill them with import_page().
+    SeqId add_sequence_of_length(std::int64_t length) {
+        if (length < 0 || length > max_positions_)
+            throw ContextLengthError("KV cache: a sequence of " + std::to_string(length) +
+                                     " positions exceeds max_position_embeddings (" + std::to_string(max_positions_) + ")");
+        const SeqId s = add_sequence();
+        try {
+            Sequence& seq = seqs_[static_cast<std::size_t>(s)];
+            for (int k = 0; k < 2; ++k) {
+                const auto [first, end] = held_slots(k == 0 ? AttentionKind::Sliding : AttentionKind::Full, length);
+                if (pools_[k].layers) seq.table[k].assign(static_cast<std::size_t>((length + kPageSize - 1) / kPageSize), -1);
+                for (std::int64_t j = first; j < end; ++j) {
+                    const std::int32_t page = allocate(k);
+                    std::fill_n(pools_[k].storage[static_cast<std::size_t>(page)].get(), pools_[k].page_bytes, std::byte{0});
+                    seq.table[k][static_cast<std::size_t>(j)] = page;
+                }
+            }
+            seq.length = length;
+        } catch (...) {
+            remove_sequence(s);
+            throw;
+        }
+        return s;
+    }
+
+    /// Writes the page at `slot` of sequence s for `kind` (a page it holds; a shared one is
+    /// copied first). The bytes are checked before anything is written: every value finite
+    /// (Float), every scale finite and >= 0 and every code in [-127, 127] (Int8).
+    void import_page(SeqId s, AttentionKind kind, std::int64_t slot, std::span<const std::byte> in) {
+        Sequence& seq = at(s);
+        const int k = kind_index(kind);
+        const Pool& p = pools_[k];
+        if (in.size() != p.page_bytes)
+            throw InvalidArgument("KV cache: a " + std::string(attention_kind_name(kind)) + " page has " +
+                                  std::to_string(p.page_bytes) + " bytes, got " + std::to_string(in.size()));
+        if (slot < 0 || static_cast<std::size_t>(slot) >= seq.table[k].size() || seq.table[k][static_cast<std::size_t>(slot)] < 0)
+            throw InvalidArgument("KV cache: sequence " + std::to_string(s) + " holds no " +
+                                  std::string(attention_kind_name(kind)) + " page at slot " + std::to_string(slot));
+        check_page_values(p, in, kind, slot);
+        std::int32_t& page = seq.table[k][static_cast<std::size_t>(slot)];
+        if (pools_[k].refcount[static_cast<std::size_t>(page)] > 1) page = copy_page(k, page);
+        std::copy_n(in.data(), p.page_bytes, pools_[k].storage[static_cast<std::size_t>(page)].get());
+    }
+
 private:
     struct Pool {
         std::int64_t layers = 0;
@@ -292,6 +387,30 @@ private:
     }
 
     static std::int64_t heads(const Pool& p) { return p.head_dim ? p.kv_dim / p.head_dim : 0; }
+
+    void check_page_values(const Pool& p, std::span<const std::byte> in, AttentionKind kind, std::int64_t slot) const {
+        const auto bad = [&](const std::string& what) {
+            throw InvalidArgument("KV cache: " + std::string(attention_kind_name(kind)) + " page at slot " + std::to_string(slot) +
+                                  " holds " + what);
+        };
+        const std::int64_t rows = p.layers * 2 * kPageSize;
+        if (!int8()) {
+            for (std::size_t i = 0; i < p.page_bytes / sizeof(T); ++i) {
+                T x;
+                std::memcpy(&x, in.data() + i * sizeof(T), sizeof(T));
+                if (!std::isfinite(x)) bad("a value that is not finite");
+            }
+            return;
+        }
+        const auto codes = static_cast<std::size_t>(rows * p.kv_dim);
+        for (std::size_t i = 0; i < codes; ++i)
+            if (static_cast<std::int8_t>(in[i]) == -128) bad("the int8 code -128 (codes are within [-127, 127])");
+        for (std::size_t i = 0; i < static_cast<std::size_t>(rows * heads(p)); ++i) {
+            float d;
+            std::memcpy(&d, in.data() + codes + i * sizeof(float), sizeof(float));
+            if (!(d >= 0.0f) || !std::isfinite(d)) bad("a scale that is negative or not finite");
+        }
+    }
 
     /// The page holding `pos` and the index of the (layer, K/V, position) row within it.
     std::byte* row_of(std::int64_t layer, SeqId s, std::int64_t pos, int kv, const Pool*& pool, std::int64_t& row) const {
