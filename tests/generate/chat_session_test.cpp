@@ -14,11 +14,7 @@ TEST_CASE("a chat turn prefills only the new tokens and equals a fresh render", 
     const auto dir = test::temp_dir("chat_session");
     const TinyTokenizerInfo info = write_tiny_tokenizer(dir);
     Gemma4Config c = tiny_config();
-    c.vocab_size = info.vocab_size;
-    c.tokens.eos = {info.eos, info.turn_end};
-    c.tokens.image = info.image;
-    c.tokens.audio = info.audio;
-    c.tokens.video = info.video;
+    adopt_tiny_tokenizer(c, info);
     write_random_checkpoint(dir, c, {.seed = 5});
     const Model<float> model = Model<float>::load(dir);
     const Tokenizer tokenizer = Tokenizer::from_file(info.tokenizer_json);

@@ -33,15 +33,7 @@ const Fixture& fixture() {
         const auto dir = test::temp_dir("engine_model");
         const TinyTokenizerInfo info = write_tiny_tokenizer(dir / "tokenizer");
         Gemma4Config c = tiny_config();
-        c.vocab_size = info.vocab_size;
-        c.tokens.eos = {info.eos, info.turn_end};
-        c.tokens.image = info.image;
-        c.tokens.audio = info.audio;
-        c.tokens.video = info.video;
-        c.tokens.boi = info.image_start;
-        c.tokens.eoi = info.image_end;
-        c.tokens.boa = info.audio_start;
-        c.tokens.eoa = info.audio_end;
+        adopt_tiny_tokenizer(c, info);
         c.max_position_embeddings = 256;
         write_random_checkpoint(dir, c, {.seed = 23});
         LoadOptions int8;

@@ -207,11 +207,7 @@ TEST_CASE("a chat session restores its chat state with its conversation", "[sess
     const auto dir = test::temp_dir("session_file_chat");
     const TinyTokenizerInfo info = write_tiny_tokenizer(dir);
     Gemma4Config c = session_config();
-    c.vocab_size = info.vocab_size;
-    c.tokens.eos = {info.eos, info.turn_end};
-    c.tokens.image = info.image;
-    c.tokens.audio = info.audio;
-    c.tokens.video = info.video;
+    adopt_tiny_tokenizer(c, info);
     write_random_checkpoint(dir, c, {.seed = 8});
     const Model<float> m = Model<float>::load(dir);
     const Tokenizer tokenizer = Tokenizer::from_file(info.tokenizer_json);

@@ -22,22 +22,6 @@ DType parse_dtype(const std::string& s) {
 
 namespace gemma4::cli {
 
-/// Gives the config the tokenizer's special ids, and a vocabulary at least as large as its own.
-inline void adopt_tokenizer(Gemma4Config& c, const TinyTokenizerInfo& t) {
-    c.vocab_size = std::max<std::int64_t>(c.vocab_size, t.vocab_size);
-    c.tokens.pad = t.pad;
-    c.tokens.bos = t.bos;
-    c.tokens.eos = {t.eos, t.turn_end};
-    c.tokens.eos_count = 2;
-    c.tokens.image = t.image;
-    c.tokens.audio = t.audio;
-    c.tokens.video = t.video;
-    c.tokens.boi = t.image_start;
-    c.tokens.eoi = t.image_end;
-    c.tokens.boa = t.audio_start;
-    c.tokens.eoa = t.audio_end;
-}
-
 /// Writes the tiny checkpoint described by the options (and, unless --no-tokenizer, a small
 /// tokenizer.json of the official format) to `out`.
 int make_tiny(cli::Args& args, const std::string& out) {
@@ -73,7 +57,7 @@ int make_tiny(cli::Args& args, const std::string& out) {
     }
     const bool with_tokenizer = !args.flag("no-tokenizer");
     args.finish();
-    if (with_tokenizer) adopt_tokenizer(c, write_tiny_tokenizer(out));
+    if (with_tokenizer) adopt_tiny_tokenizer(c, write_tiny_tokenizer(out));
     // Validate through the same parser that loads it.
     parse_config(config_to_json(c), "make-tiny");
     write_random_checkpoint(out, c, o);

@@ -9,9 +9,11 @@
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/safetensors_writer.hpp>
 #include <gemma4/model/tensor_table.hpp>
+#include <gemma4/tokenizer/tiny_tokenizer.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -142,6 +144,23 @@ inline Gemma4Config tiny_config() {
     c.tokens.boa = 305;
     c.tokens.eoa = 306;
     return c;
+}
+
+/// Gives the config the tiny tokenizer's special ids (tokenizer/tiny_tokenizer.hpp), and a
+/// vocabulary at least as large as its own, so a random checkpoint and that tokenizer agree.
+inline void adopt_tiny_tokenizer(Gemma4Config& c, const TinyTokenizerInfo& t) {
+    c.vocab_size = std::max<std::int64_t>(c.vocab_size, t.vocab_size);
+    c.tokens.pad = t.pad;
+    c.tokens.bos = t.bos;
+    c.tokens.eos = {t.eos, t.turn_end};
+    c.tokens.eos_count = 2;
+    c.tokens.image = t.image;
+    c.tokens.audio = t.audio;
+    c.tokens.video = t.video;
+    c.tokens.boi = t.image_start;
+    c.tokens.eoi = t.image_end;
+    c.tokens.boa = t.audio_start;
+    c.tokens.eoa = t.audio_end;
 }
 
 }  // namespace GEMMA4_ABI
