@@ -30,11 +30,16 @@ inline Options generation_options() {
     };
 }
 
+/// A checkpoint directory's generation_config.json; a GGUF file has none, so the library's
+/// defaults (greedy).
+inline GenerationConfig checkpoint_generation_config(const std::filesystem::path& model) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(model, ec) ? GenerationConfig{} : load_generation_config(model);
+}
+
 /// Sampling from generation_config.json, then the command line on top.
 inline GenerateOptions read_generate_options(Args& args, const std::filesystem::path& model_dir, const Gemma4Config& config) {
-    // A GGUF file has no generation_config.json: the library's defaults (greedy).
-    std::error_code ec;
-    const GenerationConfig gc = std::filesystem::is_regular_file(model_dir, ec) ? GenerationConfig{} : load_generation_config(model_dir);
+    const GenerationConfig gc = checkpoint_generation_config(model_dir);
     GenerateOptions o;
     o.sampling = apply_generation_config(gc, SamplingParams{.temperature = 0.0});
     if (gc.max_new_tokens) o.max_new_tokens = *gc.max_new_tokens;

@@ -3,6 +3,9 @@
 // disconnects, the queue bound and shutdown on SIGTERM.
 #include <catch2/catch.hpp>
 
+#include <gemma4/io/gguf.hpp>
+#include <gemma4/tokenizer/gguf_tokenizer.hpp>
+
 #include "server/data_url.hpp"
 #include "server_process.hpp"
 #include "support/skip.hpp"
@@ -356,4 +359,26 @@ TEST_CASE("serve: SIGINT while idle exits 0 at once", "[server][e2e]") {
     REQUIRE(status);
     CHECK(*status == 0);
     CHECK(server.log().find("SIGINT") != std::string::npos);
+}
+
+TEST_CASE("serve --model FILE.gguf: the model and its tokenizer from one GGUF file", "[server][e2e][gguf]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    const auto gguf = std::filesystem::path(GEMMA4_TEST_DATA_DIR) / "gguf" / "tiny-gemma4-q8_0.gguf";
+    ServerProcess server({}, "gguf", gguf);
+    const int port = server.port();
+    INFO(server.log());
+    CHECK(http(port, "GET", "/health").status == 200);
+    const auto models = json::parse(http(port, "GET", "/v1/models").body);
+    CHECK(models["data"][0]["id"] == "tiny-gemma4-q8_0.gguf");
+    const auto r = http(port, "POST", "/v1/chat/completions", chat_body("the cat", 6).dump());
+    REQUIRE(r.status == 200);
+    const auto reply = json::parse(r.body);
+    CHECK(reply["usage"]["completion_tokens"].get<int>() >= 1);
+    CHECK(reply["choices"][0]["finish_reason"].is_string());
+    // The tokenizer is the file's: /tokenize gives the ids its tokenizer.ggml.* keys give.
+    const auto t = json::parse(http(port, "POST", "/tokenize", R"({"content":"the cat"})").body);
+    const gemma4::Tokenizer file_tokenizer = gemma4::tokenizer_from_gguf(gemma4::GgufFile(gguf));
+    CHECK(t["tokens"].get<std::vector<std::int32_t>>() == file_tokenizer.encode("the cat", false));
 }

@@ -512,8 +512,8 @@ int run(cli::Args& args) {
 
     const Model<float> model = Model<float>::load(dir, ModelOptions{threads}, LoadOptions{.format = *format});
     const auto tokenizer = cli::load_tokenizer_if_present(dir);
-    if (!tokenizer) throw IoError((dir / "tokenizer.json").string() + ": not found (the server needs the tokenizer)");
-    const GenerationConfig generation = load_generation_config(dir);
+    if (!tokenizer) throw IoError(cli::tokenizer_location(dir) + ": not found (the server needs the tokenizer)");
+    const GenerationConfig generation = cli::checkpoint_generation_config(dir);
     if (engine_options.context > model.config().max_position_embeddings)
         throw InvalidArgument("serve: --ctx-size " + std::to_string(engine_options.context) + " exceeds the model's " +
                               std::to_string(model.config().max_position_embeddings) + " positions");
@@ -567,7 +567,7 @@ int run(cli::Args& args) {
 
 const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completions, streaming) over the batching engine",
                        cli::Options{
-                           {"model", "DIR", "checkpoint directory (config.json, *.safetensors, tokenizer.json)", cli::kRequired},
+                           {"model", "PATH", "checkpoint directory (config.json, *.safetensors, tokenizer.json) or GGUF file", cli::kRequired},
                            {"host", "ADDR", "address to listen on (default: 127.0.0.1; others need --api-key)"},
                            {"port", "N", "TCP port (default: 8080; 0: any free port, printed at start-up)"},
                            {"parallel", "N", "requests decoded together (default: 16)"},
