@@ -372,7 +372,9 @@ TEST_CASE("serve --model FILE.gguf: the model and its tokenizer from one GGUF fi
     CHECK(http(port, "GET", "/health").status == 200);
     const auto models = json::parse(http(port, "GET", "/v1/models").body);
     CHECK(models["data"][0]["id"] == "tiny-gemma4-q8_0.gguf");
-    const auto r = http(port, "POST", "/v1/chat/completions", chat_body("the cat", 6).dump());
+    json body = chat_body("the cat", 6);
+    body["model"] = "tiny-gemma4-q8_0.gguf";  // the model's id is the file's name
+    const auto r = http(port, "POST", "/v1/chat/completions", body.dump());
     REQUIRE(r.status == 200);
     const auto reply = json::parse(r.body);
     CHECK(reply["usage"]["completion_tokens"].get<int>() >= 1);
