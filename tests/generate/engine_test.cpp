@@ -199,8 +199,12 @@ void check_sixteen_concurrent(const Model<float>& model) {
 TEST_CASE("a batched forward step gives each chunk the logits it gets alone, bit for bit", "[engine][batch]") {
     // What the engine's exactness rests on: no kernel's output for a token depends on the other
     // tokens of its step (their number, sequences or positions).
-    for (const Model<float>* model : {&fixture().model, &fixture().model_int8}) {
-        INFO((model == &fixture().model ? "bf16 weights" : "int8 weights"));
+    // f32 weights run the generic dense path (GGUF F32 files, K-quants held as F32).
+    const auto f32_dir = test::temp_dir("engine_model_f32");
+    write_random_checkpoint(f32_dir, fixture().model.config(), {.seed = 23, .dtype = DType::F32});
+    const Model<float> model_f32 = Model<float>::load(f32_dir);
+    for (const Model<float>* model : {&fixture().model, &fixture().model_int8, &model_f32}) {
+        INFO((model == &fixture().model ? "bf16 weights" : model == &model_f32 ? "f32 weights" : "int8 weights"));
         const std::vector<std::vector<std::int32_t>> prefixes = {prompt_ids(1, 3), prompt_ids(2, 19), prompt_ids(3, 40), prompt_ids(4, 1)};
         const std::vector<std::vector<std::int32_t>> chunks = {prompt_ids(5, 1), prompt_ids(6, 7), prompt_ids(7, 1), prompt_ids(8, 33)};
         KVCache<float> together = model->make_cache();

@@ -1,7 +1,7 @@
 // Dense products of T matrices through Eigen: y[t, 0:n) = x[t, 0:K) · w[0:n, 0:K)ᵀ. This is what
-// the double path (the conformance reference) and float products over f32 weights run: Eigen's
-// blocked GEMM is several times faster than one dot product per (token, row), and the double
-// path's accuracy does not depend on the order of the sums at the 1e-12 it is held to.
+// the double path (the conformance reference) runs: Eigen's blocked GEMM is faster than one dot
+// product per (token, row) for a prefill, and the double path's accuracy does not depend on the
+// order of the sums at the 1e-12 it is held to. (Float stays off it: see kernels/linear.hpp.)
 //
 // The thread pool splits the rows; each Eigen call runs on the thread that makes it, so Eigen
 // must never start threads of its own (it would only do so under OpenMP).

@@ -79,36 +79,58 @@ inline bool stored_as(const WeightView& w) {
 
 /// y[t, 0:N) = x[t, 0:K) · wᵀ for t < tokens. N = w.rows(), K = w.cols().
 /// In float, bf16 and Q8/Q4 weights take the tiled kernels (Q8/Q4 quantize x to int8 per block,
-/// see kernels/linear_quant.hpp). The double path and the other dtypes convert each weight row
-/// to T exactly, a block of rows at a time, and multiply with Eigen (kernels/dense.hpp), so the
-/// double path stays a reference.
+/// see kernels/linear_quant.hpp), and other dtypes one dot product per (token, row). The double
+/// path converts weight rows to double exactly, a block of rows at a time, and multiplies with
+/// Eigen (kernels/dense.hpp), so it stays a reference.
+///
+/// Why not Eigen in float too: every float path gives a token the same bits whatever else is in
+/// its step (the batching engine's exactness rests on it), and Eigen's GEMM does not — its sums
+/// are blocked by the product's size, and one token is a matrix-vector product.
 template <class T>
 void linear(const WeightView& w, Rows<const T> x, Rows<T> y, std::int64_t tokens, ThreadPool& pool) {
+    const std::int64_t N = w.rows(), K = w.cols();
     if constexpr (std::is_same_v<T, float>) {
         if (w.dtype == DType::BF16) return detail::linear_bf16(w, x, y, tokens, pool);
         if (w.quantized()) return detail::linear_quant(w, x, y, tokens, pool);
-    }
-    const std::int64_t N = w.rows(), K = w.cols();
-    // Rows converted per product: enough for Eigen's blocking, few enough to stay in L2.
-    const std::int64_t block = std::max<std::int64_t>(8, std::min<std::int64_t>(64, (256 * 1024) / (K * sizeof(T) + 1)));
-    pool.parallel_for(
-        N,
-        [&](std::int64_t n0, std::int64_t n1) {
-            thread_local std::vector<T> rows;
-            for (std::int64_t nb = n0; nb < n1; nb += block) {
-                const std::int64_t nr = std::min(block, n1 - nb);
-                const T* wb;
-                if (detail::stored_as<T>(w)) {
-                    wb = reinterpret_cast<const T*>(w.data) + nb * K;
-                } else {
-                    if (static_cast<std::int64_t>(rows.size()) < nr * K) rows.resize(static_cast<std::size_t>(nr * K));
-                    for (std::int64_t r = 0; r < nr; ++r) detail::load_row(w, nb + r, rows.data() + r * K);
-                    wb = rows.data();
+        pool.parallel_for(
+            N,
+            [&](std::int64_t n0, std::int64_t n1) {
+                thread_local std::vector<T> row;
+                if (static_cast<std::int64_t>(row.size()) < K) row.resize(static_cast<std::size_t>(K));
+                for (std::int64_t n = n0; n < n1; ++n) {
+                    const T* wr;
+                    if (detail::stored_as<T>(w)) {
+                        wr = reinterpret_cast<const T*>(w.data) + n * K;
+                    } else {
+                        detail::load_row(w, n, row.data());
+                        wr = row.data();
+                    }
+                    for (std::int64_t t = 0; t < tokens; ++t) y.row(t)[n] = detail::dot(wr, x.row(t), K);
                 }
-                detail::dense_product(wb, K, nr, K, x, Rows<T>{y.data + nb, y.stride}, tokens);
-            }
-        },
-        16);
+            },
+            16);
+    } else {
+        // Rows converted per product: enough for Eigen's blocking, few enough to stay in L2.
+        const std::int64_t block = std::max<std::int64_t>(8, std::min<std::int64_t>(64, (256 * 1024) / (K * sizeof(T) + 1)));
+        pool.parallel_for(
+            N,
+            [&](std::int64_t n0, std::int64_t n1) {
+                thread_local std::vector<T> rows;
+                for (std::int64_t nb = n0; nb < n1; nb += block) {
+                    const std::int64_t nr = std::min(block, n1 - nb);
+                    const T* wb;
+                    if (detail::stored_as<T>(w)) {
+                        wb = reinterpret_cast<const T*>(w.data) + nb * K;
+                    } else {
+                        if (static_cast<std::int64_t>(rows.size()) < nr * K) rows.resize(static_cast<std::size_t>(nr * K));
+                        for (std::int64_t r = 0; r < nr; ++r) detail::load_row(w, nb + r, rows.data() + r * K);
+                        wb = rows.data();
+                    }
+                    detail::dense_product(wb, K, nr, K, x, Rows<T>{y.data + nb, y.stride}, tokens);
+                }
+            },
+            16);
+    }
 }
 
 /// The kernels the process runs at its level (kernels/cpu.hpp), by name: for `gemma4 info`, the
