@@ -29,7 +29,7 @@
 #include <vector>
 
 
-namespace {
+namespace cmd_bench {
 
 using namespace gemma4;
 using probes::Clock;
@@ -291,4 +291,4 @@ const cli::Command reg{"bench", "prefill/decode speed with random weights at the
                        } + cli::threads_option(),
                        run};
 
-}  // namespace
+}  // namespace cmd_bench

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <iostream>
 
-namespace {
+namespace cmd_chat {
 
 using namespace gemma4;
 
@@ -75,4 +75,4 @@ const cli::Command reg{"chat", "interactive chat, replies streamed (the KV cache
                        } + cli::generation_options() + cli::media_file_options() + cli::threads_option(),
                        run};
 
-}  // namespace
+}  // namespace cmd_chat

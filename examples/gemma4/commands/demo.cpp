@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
-namespace {
+namespace cmd_demo {
 
 using namespace gemma4;
 
@@ -52,4 +52,4 @@ const cli::Command reg{"demo", "generate with a small self-made model (no downlo
                        } + cli::threads_option(),
                        run};
 
-}  // namespace
+}  // namespace cmd_demo

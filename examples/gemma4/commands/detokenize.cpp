@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace cmd_detokenize {
 
 std::vector<std::int32_t> id_list(const nlohmann::json& value, const std::string& where) {
     if (!value.is_array()) throw gemma4::FormatError(where + ": expected a JSON array of token ids");
@@ -65,4 +65,4 @@ const gemma4::cli::Command reg{"detokenize", "token ids (a JSON array) on stdin 
                                },
                                run};
 
-}  // namespace
+}  // namespace cmd_detokenize

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <iostream>
 
-namespace {
+namespace cmd_generate {
 
 using namespace gemma4;
 
@@ -78,4 +78,4 @@ const cli::Command reg{"generate", "generate text from --prompt (or ids from --p
                        } + cli::generation_options() + cli::media_file_options() + cli::threads_option(),
                        run};
 
-}  // namespace
+}  // namespace cmd_generate

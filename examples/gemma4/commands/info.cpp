@@ -11,7 +11,7 @@
 #include <fstream>
 #include <string>
 
-namespace {
+namespace cmd_info {
 
 using namespace gemma4;
 
@@ -66,4 +66,4 @@ int run(cli::Args& args) {
 const cli::Command reg{"info", "this machine's instruction-set level and the kernels chosen for it",
                        cli::Options{{"json", "", "print one JSON object on stdout"}}, run};
 
-}  // namespace
+}  // namespace cmd_info

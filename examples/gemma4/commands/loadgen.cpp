@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-namespace {
+namespace cmd_loadgen {
 
 using namespace gemma4;
 using nlohmann::json;
@@ -149,4 +149,4 @@ const cli::Command reg{"loadgen", "load on an OpenAI-compatible server: requests
                        },
                        run};
 
-}  // namespace
+}  // namespace cmd_loadgen

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <map>
 
-namespace {
+namespace cmd_logits {
 
 using namespace gemma4;
 
@@ -129,4 +129,4 @@ const cli::Command reg{"logits", "final logits at every position as .npy (--dump
                        } + cli::media_array_options() + cli::threads_option(),
                        run};
 
-}  // namespace
+}  // namespace cmd_logits

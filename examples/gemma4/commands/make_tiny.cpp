@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-namespace {
+namespace cmd_make_tiny {
 
 using namespace gemma4;
 
@@ -18,7 +18,7 @@ DType parse_dtype(const std::string& s) {
     throw InvalidArgument("make-tiny: --dtype must be bf16, f16, f32 or f64, got '" + s + "'");
 }
 
-}  // namespace
+}  // namespace cmd_make_tiny
 
 namespace gemma4::cli {
 
@@ -28,7 +28,7 @@ int make_tiny(cli::Args& args, const std::string& out) {
     Gemma4Config c = tiny_config();
     RandomCheckpointOptions o;
     o.seed = args.number<std::uint64_t>("seed", 1);
-    o.dtype = parse_dtype(args.get("dtype").value_or("bf16"));
+    o.dtype = cmd_make_tiny::parse_dtype(args.get("dtype").value_or("bf16"));
     o.shards = args.number<int>("shards", 1);
     o.text_only_layout = args.flag("text-only");
     c.vocab_size = args.number<std::int64_t>("vocab-size", c.vocab_size);
@@ -67,7 +67,7 @@ int make_tiny(cli::Args& args, const std::string& out) {
 
 }  // namespace gemma4::cli
 
-namespace {
+namespace cmd_make_tiny {
 
 int run(gemma4::cli::Args& args) { return gemma4::cli::make_tiny(args, args.require("out")); }
 
@@ -94,4 +94,4 @@ const gemma4::cli::Command reg{"make-tiny", "write a random checkpoint of any sh
                                },
                                run};
 
-}  // namespace
+}  // namespace cmd_make_tiny

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <span>
 
-namespace {
+namespace cmd_preprocess {
 
 int preprocess_image_command(gemma4::cli::Args& args) {
     const std::string image = args.require("image");
@@ -76,4 +76,4 @@ const gemma4::cli::Command audio_command{
     },
     preprocess_audio_command};
 
-}  // namespace
+}  // namespace cmd_preprocess

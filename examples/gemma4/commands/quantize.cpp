@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-namespace {
+namespace cmd_quantize {
 
 using namespace gemma4;
 
@@ -40,4 +40,4 @@ const cli::Command reg{"quantize", "write a checkpoint re-encoded as int8 or int
                        },
                        run};
 
-}  // namespace
+}  // namespace cmd_quantize

@@ -25,7 +25,7 @@
 #include <pthread.h>
 #include <thread>
 
-namespace {
+namespace cmd_serve {
 
 using namespace gemma4;
 using nlohmann::json;
@@ -581,4 +581,4 @@ const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completion
                        } + cli::threads_option(),
                        run};
 
-}  // namespace
+}  // namespace cmd_serve

@@ -10,7 +10,7 @@
 #include <iterator>
 #include <string>
 
-namespace {
+namespace cmd_tokenize {
 
 std::string read_all_stdin() {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -51,4 +51,4 @@ const gemma4::cli::Command reg{"tokenize", "text on stdin → token ids as a JSO
                                },
                                run};
 
-}  // namespace
+}  // namespace cmd_tokenize

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace cmd_tokenizer_bench {
 
 using Clock = std::chrono::steady_clock;
 
@@ -88,4 +88,4 @@ const gemma4::cli::Command reg{"tokenizer-bench", "load time and encode/decode s
                                },
                                run};
 
-}  // namespace
+}  // namespace cmd_tokenizer_bench

@@ -9,6 +9,7 @@
 #include <gemma4/generate/chat.hpp>
 #include <gemma4/generate/sampler.hpp>
 #include <gemma4/generate/session_file.hpp>
+#include <gemma4/generate/speculative.hpp>
 #include <gemma4/generate/stop.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/multimodal.hpp>
@@ -47,6 +48,13 @@ struct GenerationStats {
     double prompt_seconds = 0;          ///< prefill time
     double generation_seconds = 0;      ///< time spent after the first token
     double time_to_first_token = 0;     ///< from the call to the first sampled id
+    // Speculative decoding (GenerateOptions::speculative):
+    std::int64_t drafted_tokens = 0;   ///< ids the drafter proposed and the target verified
+    std::int64_t accepted_tokens = 0;  ///< of those, ids the target sampled too (emitted)
+    std::int64_t decode_steps = 0;     ///< forward steps after the prefill
+
+    /// accepted / drafted (0 without drafts).
+    double acceptance_rate() const { return drafted_tokens ? static_cast<double>(accepted_tokens) / static_cast<double>(drafted_tokens) : 0; }
 
     double prompt_tokens_per_s() const { return prompt_seconds > 0 ? static_cast<double>(prompt_tokens) / prompt_seconds : 0; }
     double generation_tokens_per_s() const {
@@ -74,6 +82,8 @@ struct GenerateOptions {
     const std::atomic<bool>* cancel = nullptr;
     /// Prefill feeds at most this many ids per forward step.
     std::int64_t prefill_chunk = 512;
+    /// A drafter and its draft lengths: several ids per forward step, same output.
+    SpeculativeOptions speculative{};
 };
 
 template <class T>
@@ -97,6 +107,7 @@ public:
         feed.insert(feed.end(), prompt.begin(), prompt.end());
         if (feed.empty()) throw InvalidArgument("generate: empty prompt");
         if (options.max_new_tokens < 0) throw InvalidArgument("generate: max_new_tokens must be >= 0");
+        options.speculative.validate();
         const std::int64_t limit = model_->config().max_position_embeddings;
         if (cache_.length(seq_) + static_cast<std::int64_t>(feed.size()) > limit)
             throw ContextLengthError("prompt of " + std::to_string(feed.size()) + " tokens after " +
@@ -156,77 +167,81 @@ public:
         const auto prefilled = clock::now();
         result.stats.prompt_seconds = std::chrono::duration<double>(prefilled - start).count();
 
-        const auto& model_eos = model_->config().tokens;
-        auto is_end = [&](std::int32_t id) {
-            if (options.end_ids.empty()) return model_eos.is_eos(id);
-            return std::find(options.end_ids.begin(), options.end_ids.end(), id) != options.end_ids.end();
-        };
         std::optional<StreamingDecoder> decoder;
         if (tokenizer_) decoder.emplace(*tokenizer_);
         StopMatcher stops(options.stop_strings);
         std::vector<float> row(static_cast<std::size_t>(logits.vocab));
         std::optional<clock::time_point> first;
+        const SpeculativeOptions& spec = options.speculative;
+        // Rejected drafts are rolled back; their sliding pages must outlive the step.
+        if (spec.enabled()) cache_.set_max_rollback(seq_, spec.draft_max);
+        std::vector<std::int32_t> drafts;  // ids fed after the pending one in the last step
+        std::int64_t step_start = 0;       // the cache's length before the last step
 
-        for (std::int64_t step = 0;; ++step) {
-            if (step >= options.max_new_tokens) {
-                result.finish = FinishReason::MaxTokens;
-                break;
+        // Row r of `logits` gives the id after the r-th id of the last step; a row past the
+        // first is read only while the target samples exactly the drafted ids.
+        for (bool done = false; !done;) {
+            std::int64_t rows_used = 0;
+            for (std::int64_t r = 0; r < logits.rows && !done; ++r) {
+                if (result.stats.generated_tokens >= options.max_new_tokens) {
+                    result.finish = FinishReason::MaxTokens;
+                    done = true;
+                    break;
+                }
+                if (options.cancel && options.cancel->load()) {
+                    result.finish = FinishReason::Cancelled;
+                    done = true;
+                    break;
+                }
+                const auto z = logits.row(r);
+                for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>(z[i]);
+                const std::int32_t id = sampler.sample(row);
+                random_.state = sampler.rng_state();
+                sampler.accept(id);
+                ++rows_used;
+                if (!first) {
+                    first = clock::now();
+                    result.stats.time_to_first_token = std::chrono::duration<double>(*first - start).count();
+                }
+                result.ids.push_back(id);
+                history_.push_back(id);
+                ++result.stats.generated_tokens;
+                // The sampled id is not in the cache yet: it is fed first by the next step or call.
+                pending_ = {id};
+                done = emit(id, options, decoder, stops, result);
+                if (static_cast<std::size_t>(r) < drafts.size() && id == drafts[static_cast<std::size_t>(r)]) ++result.stats.accepted_tokens;
+                else break;
             }
-            if (options.cancel && options.cancel->load()) {
-                result.finish = FinishReason::Cancelled;
-                break;
-            }
-            const auto r = logits.row(0);
-            for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>(r[i]);
-            const std::int32_t id = sampler.sample(row);
-            random_.state = sampler.rng_state();
-            sampler.accept(id);
-            if (!first) {
-                first = clock::now();
-                result.stats.time_to_first_token = std::chrono::duration<double>(*first - start).count();
-            }
-            result.ids.push_back(id);
-            history_.push_back(id);
-            ++result.stats.generated_tokens;
-
-            std::string piece;
-            bool stopped_by_string = false;
-            if (decoder) {
-                const StopStep s = stops.feed(decoder->push(id));
-                piece = s.text;
-                stopped_by_string = s.stopped;
-            }
-            result.text += piece;
-            const bool keep_going = !options.on_token || options.on_token(id, piece);
-            // The sampled id is not in the cache yet: it is fed first by the next step or call.
-            pending_ = {id};
-            if (stopped_by_string) {
-                result.finish = FinishReason::StopString;
-                break;
-            }
-            if (is_end(id)) {
-                result.finish = FinishReason::EndToken;
-                break;
-            }
-            if (std::find(options.stop_ids.begin(), options.stop_ids.end(), id) != options.stop_ids.end()) {
-                result.finish = FinishReason::StopId;
-                break;
-            }
-            if (!keep_going) {
-                result.finish = FinishReason::Cancelled;
-                break;
-            }
+            // Keep the pending id's predecessor and the accepted drafts; forget the rest.
+            if (!drafts.empty()) cache_.truncate(seq_, step_start + rows_used);
+            if (done) break;
             if (cache_.length(seq_) + 1 > limit) {
                 result.finish = FinishReason::ContextFull;
                 break;
             }
-            if (step + 1 >= options.max_new_tokens) {
+            if (result.stats.generated_tokens >= options.max_new_tokens) {
                 result.finish = FinishReason::MaxTokens;
                 break;
             }
-            logits = model_->forward(std::span<const std::int32_t>(pending_), cache_, seq_, LogitsMode::Last);
+            // Draft no more ids than could be emitted or fit in the context: k drafts emit up to k + 1.
+            drafts.clear();
+            const std::int64_t budget = std::min({spec.draft_max, options.max_new_tokens - result.stats.generated_tokens - 1,
+                                                  limit - cache_.length(seq_) - 1});
+            if (spec.enabled() && budget >= 1) {
+                DraftRequest request{history_, budget, spec.p_min, DraftTarget<T>{model_, &cache_, seq_, logits.hidden_row(rows_used - 1)}};
+                spec.drafter->draft(std::span<const DraftRequest>(&request, 1), std::span<std::vector<std::int32_t>>(&drafts, 1));
+                detail::trim_draft(drafts, budget, spec, model_->config());
+            }
+            std::vector<std::int32_t> feed = pending_;
+            feed.insert(feed.end(), drafts.begin(), drafts.end());
+            step_start = cache_.length(seq_);
+            const SequenceChunk part{seq_, feed, /*all_logits=*/!drafts.empty()};
+            logits = model_->forward(std::span<const SequenceChunk>(&part, 1), cache_, LogitsMode::Last);
             pending_.clear();
+            ++result.stats.decode_steps;
+            result.stats.drafted_tokens += static_cast<std::int64_t>(drafts.size());
         }
+        if (spec.enabled()) cache_.set_max_rollback(seq_, 0);
         if (decoder && result.finish != FinishReason::StopString) {
             const std::string rest = stops.feed(decoder->finish()).text + stops.flush();
             result.text += rest;
@@ -289,6 +304,28 @@ public:
 
 private:
     friend class ChatSession<T>;
+
+    /// Streams one sampled id (its text, the callback) and says whether generation ends there.
+    bool emit(std::int32_t id, const GenerateOptions& options, std::optional<StreamingDecoder>& decoder, StopMatcher& stops,
+              GenerationResult& result) const {
+        std::string piece;
+        bool stopped_by_string = false;
+        if (decoder) {
+            const StopStep s = stops.feed(decoder->push(id));
+            piece = s.text;
+            stopped_by_string = s.stopped;
+        }
+        result.text += piece;
+        const bool keep_going = !options.on_token || options.on_token(id, piece);
+        const auto& ends = options.end_ids;
+        const bool end = ends.empty() ? model_->config().tokens.is_eos(id) : std::find(ends.begin(), ends.end(), id) != ends.end();
+        if (stopped_by_string) result.finish = FinishReason::StopString;
+        else if (end) result.finish = FinishReason::EndToken;
+        else if (std::find(options.stop_ids.begin(), options.stop_ids.end(), id) != options.stop_ids.end()) result.finish = FinishReason::StopId;
+        else if (!keep_going) result.finish = FinishReason::Cancelled;
+        else return false;
+        return true;
+    }
 
     void write_file(const std::filesystem::path& path, const ChatState* chat) const {
         detail::write_session_file(path, model_->config(), cache_, seq_, history_, pending_, random_, chat);

@@ -110,6 +110,7 @@ public:
         Sequence& from = seqs_[static_cast<std::size_t>(src)];
         Sequence& to = seqs_[static_cast<std::size_t>(s)];
         to.length = from.length;
+        to.rollback = from.rollback;
         to.table = from.table;
         for (int k = 0; k < 2; ++k)
             for (auto page : to.table[k])
@@ -153,17 +154,57 @@ public:
     }
 
     /// Marks positions [length, length + n) as written and drops sliding pages that no later
-    /// query can see (keys below length + n - window + 1).
+    /// query can see (keys below length + n - window + 1), or, with set_max_rollback(s, r), no
+    /// query after a rollback of up to r positions.
     void advance(SeqId s, std::int64_t n) {
         Sequence& seq = at(s);
         seq.length += n;
-        const std::int64_t lowest_visible = seq.length - window_ + 1;
+        const std::int64_t lowest_visible = seq.length - seq.rollback - window_ + 1;
         auto& table = seq.table[0];
         for (std::int64_t j = 0; j < static_cast<std::int64_t>(table.size()) && (j + 1) * kPageSize <= lowest_visible; ++j)
             if (table[static_cast<std::size_t>(j)] >= 0) {
                 release(0, table[static_cast<std::size_t>(j)]);
                 table[static_cast<std::size_t>(j)] = -1;
             }
+    }
+
+    /// Lets truncate() take back up to `positions` positions written after this call: sliding
+    /// pages stay held until no query could see them after such a rollback (at most one page
+    /// more per sequence for a rollback of up to 16). Speculative decoding writes a drafted
+    /// continuation, then keeps only its accepted part.
+    void set_max_rollback(SeqId s, std::int64_t positions) {
+        if (positions < 0) throw InvalidArgument("KV cache: max rollback must be >= 0, got " + std::to_string(positions));
+        at(s).rollback = positions;
+    }
+    std::int64_t max_rollback(SeqId s) const { return at(s).rollback; }
+
+    /// Forgets positions [length, this->length(s)) of sequence s, as if they had never been
+    /// written; pages holding only such positions go back to the pool. The sliding pages a query
+    /// at `length` sees must still be held: InvalidArgument if the rollback reaches further back
+    /// than set_max_rollback allowed when they were written.
+    void truncate(SeqId s, std::int64_t length) {
+        Sequence& seq = at(s);
+        if (length < 0 || length > seq.length)
+            throw InvalidArgument("KV cache: cannot truncate sequence " + std::to_string(s) + " of " + std::to_string(seq.length) +
+                                  " positions to " + std::to_string(length));
+        if (length == seq.length) return;
+        const auto& sliding = seq.table[0];
+        if (pools_[0].layers)
+            for (std::int64_t j = std::max<std::int64_t>(0, length - window_ + 1) / kPageSize; j * kPageSize < length; ++j)
+                if (static_cast<std::size_t>(j) >= sliding.size() || sliding[static_cast<std::size_t>(j)] < 0)
+                    throw InvalidArgument("KV cache: cannot roll sequence " + std::to_string(s) + " back from " + std::to_string(seq.length) +
+                                          " to " + std::to_string(length) + " positions: its sliding page for positions from " +
+                                          std::to_string(j * kPageSize) + " was freed (set_max_rollback allows " +
+                                          std::to_string(seq.rollback) + ")");
+        const auto keep = static_cast<std::size_t>((length + kPageSize - 1) / kPageSize);
+        for (int k = 0; k < 2; ++k) {
+            auto& table = seq.table[k];
+            while (table.size() > keep) {
+                if (table.back() >= 0) release(k, table.back());
+                table.pop_back();
+            }
+        }
+        seq.length = length;
     }
 
     // ---- storage ---------------------------------------------------------------------------
@@ -341,6 +382,7 @@ private:
     struct Sequence {
         bool active = false;
         std::int64_t length = 0;
+        std::int64_t rollback = 0;  // set_max_rollback
         std::array<std::vector<std::int32_t>, 2> table;  // per kind: page id or -1
     };
     struct LayerSlot {

@@ -39,15 +39,24 @@ enum class LogitsMode : std::uint8_t { All, Last };
 struct SequenceChunk {
     SeqId seq;
     std::span<const std::int32_t> ids;
+    /// Logits for every id of this chunk even in LogitsMode::Last (a speculative step verifies
+    /// each drafted id).
+    bool all_logits = false;
 };
 
-/// logits[rows, vocab], row-major.
+/// logits[rows, vocab], row-major, and the final-normed hidden state each row came from.
 template <class T>
 struct Logits {
     std::int64_t rows = 0, vocab = 0;
     std::vector<T> values;
+    /// [rows, hidden_size]: final_norm's output at the same positions (a drafter reads it).
+    std::vector<T> hidden;
     std::span<const T> row(std::int64_t r) const {
         return {values.data() + r * vocab, static_cast<std::size_t>(vocab)};
+    }
+    std::span<const T> hidden_row(std::int64_t r) const {
+        const auto width = rows ? static_cast<std::int64_t>(hidden.size()) / rows : 0;
+        return {hidden.data() + r * width, static_cast<std::size_t>(width)};
     }
 };
 
@@ -164,7 +173,7 @@ public:
         std::int64_t end = 0;
         for (const SequenceChunk& chunk : batch) {
             const auto len = static_cast<std::int64_t>(chunk.ids.size());
-            if (mode == LogitsMode::All)
+            if (mode == LogitsMode::All || chunk.all_logits)
                 for (std::int64_t j = 0; j < len; ++j) rows.push_back(end + j);
             else
                 rows.push_back(end + len - 1);
@@ -177,7 +186,7 @@ public:
         tap(obs, -1, "final_norm", h.data(), r, H, H);
 
         // lm_head: z = h·Eᵀ (tied), logits = cap · tanh(z / cap)
-        Logits<T> out{r, c.vocab_size, std::vector<T>(static_cast<std::size_t>(r * c.vocab_size))};
+        Logits<T> out{r, c.vocab_size, std::vector<T>(static_cast<std::size_t>(r * c.vocab_size)), {}};
         linear<T>(ck_.weights.embed_tokens, {h.data(), H}, {out.values.data(), c.vocab_size}, r, *pool_);
         // Row by row: softcap's vector and scalar tails round tanh differently, so over the whole
         // [r, vocab] array a logit's bits would depend on how many rows share the step (when vocab
@@ -185,6 +194,7 @@ public:
         for (std::int64_t i = 0; i < r; ++i)
             kernels::softcap(out.values.data() + i * c.vocab_size, c.vocab_size, static_cast<T>(c.final_logit_softcapping));
         tap(obs, -1, "lm_head", out.values.data(), r, c.vocab_size, c.vocab_size);
+        out.hidden = std::move(h);
         return out;
     }
 
