@@ -4,6 +4,7 @@
 
 #include "cli.hpp"
 
+#include <gemma4/generate/drafter.hpp>
 #include <gemma4/generate/generation_config.hpp>
 #include <gemma4/generate/session.hpp>
 #include <gemma4/model/model.hpp>
@@ -12,6 +13,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 namespace gemma4::cli {
@@ -79,11 +81,52 @@ inline std::optional<Tokenizer> load_tokenizer_if_present(const std::filesystem:
     return Tokenizer::from_file(model / "tokenizer.json");
 }
 
+/// The options `read_speculative` reads.
+inline Options speculative_options() {
+    return {
+        {"lookup", "N", "speculative decoding by prompt lookup: draft what followed the latest earlier match of the last N ids or fewer"},
+        {"draft-max", "N", "ids drafted per step at most (default 3; needs --lookup)"},
+        {"draft-min", "N", "verify a draft only when it has at least N ids (default 0)"},
+        {"draft-p-min", "P", "drafters with probabilities stop where their top-1 probability falls below P (default 0)"},
+    };
+}
+
+/// A drafter chosen on the command line and the options that use it.
+struct Speculation {
+    std::unique_ptr<Drafter> drafter;
+    SpeculativeOptions options;
+};
+
+/// --lookup and the draft lengths; no drafter when none is asked for. The draft-length options
+/// without a drafter are errors, as are lengths out of range.
+inline Speculation read_speculative(Args& args) {
+    Speculation s;
+    const auto lookup = args.get("lookup");
+    const bool lengths = args.get("draft-max") || args.get("draft-min") || args.get("draft-p-min");
+    s.options.draft_max = args.number<std::int64_t>("draft-max", s.options.draft_max);
+    s.options.draft_min = args.number<std::int64_t>("draft-min", s.options.draft_min);
+    s.options.p_min = args.number<double>("draft-p-min", s.options.p_min);
+    if (s.options.draft_max < 1) throw InvalidArgument(args.command() + ": --draft-max must be >= 1, got " + std::to_string(s.options.draft_max));
+    if (!lookup) {
+        if (lengths) throw InvalidArgument(args.command() + ": --draft-max, --draft-min and --draft-p-min need a drafter (--lookup)");
+        return s;
+    }
+    s.drafter = std::make_unique<PromptLookupDrafter>(args.number<std::int64_t>("lookup", 3));
+    s.options.drafter = s.drafter.get();
+    s.options.validate();
+    return s;
+}
+
 inline void print_stats(const GenerationResult& r) {
-    std::fprintf(stderr, "\n[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s, first token after %.3f s; stopped: %s]\n",
+    std::fprintf(stderr, "\n[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s, first token after %.3f s; stopped: %s",
                  static_cast<long long>(r.stats.prompt_tokens), r.stats.prompt_tokens_per_s(),
                  static_cast<long long>(r.stats.generated_tokens), r.stats.generation_tokens_per_s(), r.stats.time_to_first_token,
                  std::string(finish_reason_name(r.finish)).c_str());
+    if (r.stats.drafted_tokens)
+        std::fprintf(stderr, "; %lld drafted, %lld accepted (%.0f %%), %lld steps", static_cast<long long>(r.stats.drafted_tokens),
+                     static_cast<long long>(r.stats.accepted_tokens), 100 * r.stats.acceptance_rate(),
+                     static_cast<long long>(r.stats.decode_steps));
+    std::fprintf(stderr, "]\n");
 }
 
 }  // namespace gemma4::cli

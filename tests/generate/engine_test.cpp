@@ -555,3 +555,70 @@ TEST_CASE("shutdown lets requests run for the grace period, then cancels the res
     CHECK(s.kv_pages_in_use == 0);  // the prefix cache is emptied too
     engine.shutdown();              // idempotent
 }
+
+TEST_CASE("speculating requests verify their drafts together in one step and equal lone plain sessions", "[engine][speculative]") {
+    const Model<float>& model = fixture().model;
+    // Repetitive prompts so that prompt lookup finds matches; past the window (8).
+    std::vector<std::vector<std::int32_t>> prompts;
+    for (int i = 0; i < 6; ++i) {
+        std::vector<std::int32_t> p = prompt_ids(i, 9);
+        for (int repeat = 0; repeat < 3; ++repeat) p.insert(p.end(), p.begin() + 1, p.begin() + 9);
+        prompts.push_back(p);
+    }
+    PromptLookupDrafter lookup_a(3), lookup_b(2);
+    std::vector<GenerateOptions> plain, spec;
+    for (int i = 0; i < 6; ++i) {
+        GenerateOptions o = i % 3 == 2 ? seeded(30, 500 + static_cast<std::uint64_t>(i)) : endless(30);
+        plain.push_back(o);
+        o.speculative = {.drafter = i % 2 ? &lookup_a : &lookup_b, .draft_max = 1 + i};
+        spec.push_back(o);
+    }
+    std::vector<GenerationResult> expected;
+    for (int i = 0; i < 6; ++i) expected.push_back(lone(model, prompts[static_cast<std::size_t>(i)], plain[static_cast<std::size_t>(i)]));
+    // The oracle replays the first request's plain output: all of its drafts are accepted.
+    std::vector<std::int32_t> replay = concat(prompts[0], expected[0].ids);
+    OracleDrafter oracle(replay);
+    spec[0].speculative = {.drafter = &oracle, .draft_max = 4};
+
+    StepLog log;
+    Engine<float> engine(model, &fixture().tokenizer, {.max_sequences = 6, .step_tokens = 24, .on_step = log.hook()});
+    std::vector<RequestHandle> handles;
+    for (int i = 0; i < 6; ++i) handles.push_back(engine.submit(request(prompts[static_cast<std::size_t>(i)], spec[static_cast<std::size_t>(i)])));
+    std::int64_t drafted = 0, accepted = 0;
+    for (int i = 0; i < 6; ++i) {
+        const EngineResult r = handles[static_cast<std::size_t>(i)].wait();
+        INFO("request " << i);
+        check_same(r, expected[static_cast<std::size_t>(i)]);
+        CHECK(r.stats.accepted_tokens <= r.stats.drafted_tokens);
+        drafted += r.stats.drafted_tokens, accepted += r.stats.accepted_tokens;
+        if (i == 0) {
+            CHECK(r.stats.drafted_tokens > 0);
+            CHECK(r.stats.accepted_tokens == r.stats.drafted_tokens);
+        }
+    }
+    const EngineStats s = engine.stats();
+    CHECK(s.drafted_tokens == drafted);
+    CHECK(s.accepted_tokens == accepted);
+    CHECK(accepted > 0);
+    // Drafts of several requests went through one forward step.
+    bool shared_step = false;
+    for (const EngineStepInfo& step : log.get()) shared_step = shared_step || step.drafting_sequences >= 2;
+    CHECK(shared_step);
+    CHECK(s.kv_pages_in_use == s.prefix_cache_pages);  // the rolled back pages went back to the pool
+}
+
+TEST_CASE("a failing drafter fails its requests only", "[engine][speculative]") {
+    struct Broken final : Drafter {
+        void draft(std::span<const DraftRequest>, std::span<std::vector<std::int32_t>>) override { throw std::runtime_error("drafter broke"); }
+    } broken;
+    const Model<float>& model = fixture().model;
+    Engine<float> engine(model, &fixture().tokenizer, {.max_sequences = 4});
+    GenerateOptions bad = endless(8);
+    bad.speculative = {.drafter = &broken};
+    const auto h1 = engine.submit(request(prompt_ids(1, 12), bad));
+    const auto h2 = engine.submit(request(prompt_ids(2, 12), endless(8)));
+    const EngineResult r1 = h1.wait(), r2 = h2.wait();
+    REQUIRE(r1.error);
+    CHECK_THROWS_WITH(std::rethrow_exception(r1.error), Catch::Contains("drafter broke"));
+    check_same(r2, lone(model, prompt_ids(2, 12), endless(8)));
+}

@@ -19,6 +19,8 @@ int run(cli::Args& args) {
     const auto threads = args.number<unsigned>("threads", 0);
     const Model<float> model = Model<float>::load(dir, ModelOptions{threads});
     GenerateOptions options = cli::read_generate_options(args, dir, model.config());
+    const cli::Speculation speculation = cli::read_speculative(args);
+    options.speculative = speculation.options;
     // --image / --audio are taken in order by the <|image|> / <|audio|> placeholders of the turns.
     const cli::Media<float> media = cli::read_media_files<float>(args, model.config());
     args.finish();
@@ -72,7 +74,7 @@ const cli::Command reg{"chat", "interactive chat, replies streamed (the KV cache
                            {"system", "TEXT", "system prompt"},
                            {"think", "", "let the model think before it answers"},
                            {"session", "FILE", "resume the conversation saved in FILE if it exists; save it there after each reply"},
-                       } + cli::generation_options() + cli::media_file_options() + cli::threads_option(),
+                       } + cli::generation_options() + cli::speculative_options() + cli::media_file_options() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_chat

@@ -36,6 +36,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -50,7 +51,9 @@ inline namespace GEMMA4_ABI {
 
 /// What one forward step of the engine held (EngineOptions::on_step).
 struct EngineStepInfo {
-    std::int64_t decode_tokens = 0;   ///< one per decoding sequence
+    std::int64_t decode_tokens = 0;   ///< one per decoding sequence, plus its drafted ids
+    std::int64_t drafted_tokens = 0;  ///< of those, drafted ids being verified
+    std::int32_t drafting_sequences = 0;  ///< sequences whose drafts the step verified
     std::int64_t prefill_tokens = 0;  ///< prompt ids of the step's prefill chunks
     std::int32_t sequences = 0;       ///< chunks in the step
 };
@@ -75,6 +78,8 @@ struct RequestStats {
     std::int64_t reused_tokens = 0;      ///< of those, taken from the prefix cache (not prefilled)
     std::int64_t generated_tokens = 0;
     double generation_seconds = 0;       ///< first token -> finish
+    std::int64_t drafted_tokens = 0;     ///< ids a drafter proposed and the model verified (options.speculative)
+    std::int64_t accepted_tokens = 0;    ///< of those, ids the model sampled too
     /// Ids generated after the first per second of generation_seconds.
     double tokens_per_s() const {
         return generation_seconds > 0 && generated_tokens > 1 ? static_cast<double>(generated_tokens - 1) / generation_seconds : 0;
@@ -119,7 +124,8 @@ struct EngineStats {
     std::int32_t prefix_entries = 0;      ///< prompts held by the prefix cache
     std::int64_t prefix_cache_pages = 0;  ///< distinct pages those prompts hold
     std::int64_t steps = 0;               ///< forward steps run
-    std::int64_t decode_tokens = 0;       ///< sampled ids fed back (one per decoding sequence and step)
+    std::int64_t decode_tokens = 0;       ///< ids fed by decoding sequences: the sampled one and its drafts
+    std::int64_t drafted_tokens = 0, accepted_tokens = 0;  ///< speculative decoding: verified drafts, kept drafts
     std::int64_t mixed_steps = 0;         ///< steps that held decode tokens and prefill chunks together
 };
 
@@ -287,7 +293,14 @@ private:
         std::int64_t fed = 0;            ///< prompt ids in the cache (reused ones included)
         std::int64_t rows_before = 0;    ///< placeholder rows of the prompt before `fed`
         std::int32_t pending = -1;       ///< the sampled id the next step feeds
+        // Speculative decoding (request.options.speculative):
+        std::vector<std::int32_t> history;  ///< prompt and generated ids: what the drafter continues
+        std::vector<T> hidden;              ///< final-normed state of the row that sampled `pending`
+        std::vector<std::int32_t> feed;     ///< this step's ids: pending, then the drafts
+        std::int64_t step_start = 0;        ///< the cache's length before this step
         EngineResult result;
+
+        bool speculative() const { return request.options.speculative.enabled(); }
 
         bool cancelled() const {
             return shared->cancel.load() || (request.options.cancel && request.options.cancel->load());
@@ -324,6 +337,7 @@ private:
         const auto& prompt = request.prompt;
         if (prompt.empty()) throw InvalidArgument("engine: empty prompt");
         if (o.max_new_tokens < 0) throw InvalidArgument("engine: max_new_tokens must be >= 0, not " + std::to_string(o.max_new_tokens));
+        o.speculative.validate();
         bool placeholders = false;
         for (std::size_t i = 0; i < prompt.size(); ++i) {
             if (prompt[i] < 0 || prompt[i] >= c.vocab_size)
@@ -360,10 +374,14 @@ private:
             run = b >= 0 && i > 0 && job->plan.blocks[i - 1] == b ? run + 1 : (b >= 0 ? 1 : 0);
             largest_block = std::max(largest_block, static_cast<std::int64_t>(run));
         }
-        // The last sampled id is never fed, so max_new_tokens ids need max_new_tokens - 1 positions.
-        job->reservation = std::max(kv_bytes_needed(P, o.max_new_tokens, o.prefill_chunk),
-                                    reservation_bytes(std::min(context_, P + std::max<std::int64_t>(0, o.max_new_tokens - 1)),
-                                                      std::min(P, largest_block)));
+        // The last sampled id is never fed, so max_new_tokens ids need max_new_tokens - 1 positions
+        // (drafts are capped to stay within them). A verification step is a chunk of up to
+        // draft_max + 1 ids, and the sliding pages it might roll back over stay held.
+        const std::int64_t positions = std::min(context_, P + std::max<std::int64_t>(0, o.max_new_tokens - 1));
+        const std::int64_t verify_chunk = o.speculative.enabled() ? 2 * o.speculative.draft_max + 1 : 1;
+        job->reservation = std::max({kv_bytes_needed(P, o.max_new_tokens, o.prefill_chunk),
+                                     reservation_bytes(positions, std::min(P, largest_block)), reservation_bytes(positions, verify_chunk)});
+        if (o.speculative.enabled()) job->history = prompt;
         if (options_.kv_bytes && job->reservation > options_.kv_bytes)
             throw ContextLengthError("engine: a request of " + std::to_string(P) + " prompt tokens and up to " +
                                      std::to_string(o.max_new_tokens) + " new ones needs " + std::to_string(job->reservation) +
@@ -510,6 +528,7 @@ private:
         job.running = true;
         ++running_;
         reserved_ += job.reservation;
+        if (job.speculative()) cache_.set_max_rollback(job.seq, job.request.options.speculative.draft_max);
         job.result.stats.reused_tokens = job.fed;
         std::lock_guard lock(mutex_);
         stats_.prompt_tokens += job.prompt_size();
@@ -533,10 +552,16 @@ private:
     void step() {
         std::vector<Chunk> plan;
         std::int64_t decode = 0, prefill = 0;
+        std::vector<std::pair<Job*, std::exception_ptr>> failed;
+        const std::int64_t drafted = draft(failed);
+        for (auto& [job, error] : failed) {
+            finish(*job, FinishReason::Cancelled, error);
+            active_.erase(std::find_if(active_.begin(), active_.end(), [job = job](const auto& j) { return j.get() == job; }));
+        }
         for (auto& job : active_)
             if (job->pending >= 0) {
                 plan.push_back({job.get(), 0, 0, 0, true});
-                ++decode;
+                decode += static_cast<std::int64_t>(job->feed.size());
             }
         std::int64_t budget = options_.step_tokens - decode;
         for (auto& owned : active_) {
@@ -572,9 +597,13 @@ private:
 
         std::vector<SequenceChunk> batch;
         for (const Chunk& ch : plan) {
-            if (ch.decode) batch.push_back({ch.job->seq, std::span<const std::int32_t>(&ch.job->pending, 1)});
-            else batch.push_back({ch.job->seq, std::span<const std::int32_t>(ch.job->request.prompt).subspan(
-                                                   static_cast<std::size_t>(ch.begin), static_cast<std::size_t>(ch.end - ch.begin))});
+            if (ch.decode) {
+                ch.job->step_start = cache_.length(ch.job->seq);
+                batch.push_back({ch.job->seq, ch.job->feed, /*all_logits=*/ch.job->feed.size() > 1});
+            } else {
+                batch.push_back({ch.job->seq, std::span<const std::int32_t>(ch.job->request.prompt).subspan(
+                                                  static_cast<std::size_t>(ch.begin), static_cast<std::size_t>(ch.end - ch.begin))});
+            }
         }
         // Soft tokens of the step: the chunks' rows in order; image blocks renumbered so that
         // two requests' images never share a block id.
@@ -585,7 +614,7 @@ private:
         for (const Chunk& ch : plan) any_blocks = any_blocks || (!ch.decode && !ch.job->plan.blocks.empty());
         std::int32_t block_offset = 0;
         for (const Chunk& ch : plan) {
-            const std::int64_t n = ch.decode ? 1 : ch.end - ch.begin;
+            const std::int64_t n = ch.decode ? static_cast<std::int64_t>(ch.job->feed.size()) : ch.end - ch.begin;
             if (ch.decode || !ch.job->has_soft) {
                 if (any_blocks) soft_blocks.insert(soft_blocks.end(), static_cast<std::size_t>(n), -1);
                 continue;
@@ -629,24 +658,30 @@ private:
             ++stats_.steps;
             stats_.prefilled_tokens += prefill;
             stats_.decode_tokens += decode;
+            stats_.drafted_tokens += drafted;
             if (decode > 0 && prefill > 0) ++stats_.mixed_steps;
         }
 
         std::set<const Job*> done;
+        std::int64_t row = 0;  // the chunk's first logits row: a verifying chunk has one per id
         for (std::size_t i = 0; i < plan.size(); ++i) {
             const Chunk& ch = plan[i];
             Job& job = *ch.job;
+            const std::int64_t first_row = row;
+            row += ch.decode ? static_cast<std::int64_t>(job.feed.size()) : 1;
             if (!ch.decode) {
                 job.fed = ch.end;
                 job.rows_before += ch.rows;
                 if (job.fed < job.prompt_size()) continue;
                 if (options_.prefix_cache_entries && job.cacheable) store_prefix(job);
+                job.step_start = cache_.length(job.seq) - 1;
+                job.feed.assign(1, -1);  // the prompt's last id: one row, as a plain decode step has
             }
             job.pending = -1;
             std::optional<FinishReason> finished;
             std::exception_ptr error;
             try {
-                finished = sample(job, logits.row(static_cast<std::int64_t>(i)));
+                finished = verify(job, logits, first_row);
             } catch (...) {
                 finished = FinishReason::Cancelled;
                 error = std::current_exception();
@@ -662,15 +697,91 @@ private:
         publish();
         if (options_.on_step) {
             try {
-                options_.on_step(EngineStepInfo{decode, prefill, static_cast<std::int32_t>(plan.size())});
+                options_.on_step(EngineStepInfo{decode, drafted, drafting_, prefill, static_cast<std::int32_t>(plan.size())});
             } catch (...) {
             }
         }
     }
 
+    /// Drafts for every decoding job that speculates, one drafter call for all the jobs that
+    /// share a drafter; fills each decoding job's `feed` (pending, then its drafts). Returns the
+    /// number of drafted ids; the jobs whose drafter threw go to `failed`.
+    std::int64_t draft(std::vector<std::pair<Job*, std::exception_ptr>>& failed) {
+        std::map<Drafter*, std::vector<Job*>> by_drafter;
+        for (auto& job : active_) {
+            if (job->pending < 0) continue;
+            job->feed.assign(1, job->pending);
+            const SpeculativeOptions& so = job->request.options.speculative;
+            if (so.enabled()) by_drafter[so.drafter].push_back(job.get());
+        }
+        std::int64_t drafted = 0;
+        drafting_ = 0;
+        for (auto& [drafter, jobs] : by_drafter) {
+            std::vector<Job*> group;
+            std::vector<DraftRequest> requests;
+            for (Job* job : jobs) {
+                const SpeculativeOptions& so = job->request.options.speculative;
+                // Drafts never outrun max_new_tokens or the context (k drafts emit up to k + 1 ids).
+                const std::int64_t budget = std::min({so.draft_max, job->request.options.max_new_tokens - job->result.stats.generated_tokens - 1,
+                                                      context_ - cache_.length(job->seq) - 1});
+                if (budget < 1) continue;
+                group.push_back(job);
+                requests.push_back({job->history, budget, so.p_min, DraftTarget<T>{model_, &cache_, job->seq, job->hidden}});
+            }
+            if (group.empty()) continue;
+            std::vector<std::vector<std::int32_t>> drafts(group.size());
+            try {
+                drafter->draft(requests, drafts);
+                for (std::size_t g = 0; g < group.size(); ++g)
+                    detail::trim_draft(drafts[g], requests[g].max_tokens, group[g]->request.options.speculative, model_->config());
+            } catch (...) {
+                for (Job* job : group) failed.emplace_back(job, std::current_exception());  // the drafter's requests fail
+                continue;
+            }
+            for (std::size_t g = 0; g < group.size(); ++g) {
+                group[g]->feed.insert(group[g]->feed.end(), drafts[g].begin(), drafts[g].end());
+                group[g]->result.stats.drafted_tokens += static_cast<std::int64_t>(drafts[g].size());
+                drafted += static_cast<std::int64_t>(drafts[g].size());
+                drafting_ += !drafts[g].empty();
+            }
+        }
+        return drafted;
+    }
+
+    /// Samples `job`'s rows of the step from `first_row` on, as Session::generate does: the row
+    /// after each fed id while the sampled id equals the next draft; then rolls the cache back
+    /// to the ids kept. Returns the finish reason, or nothing when job.pending is to be fed.
+    std::optional<FinishReason> verify(Job& job, const Logits<T>& logits, std::int64_t first_row) {
+        const auto fed = static_cast<std::int64_t>(job.feed.size());
+        std::optional<FinishReason> finished;
+        std::int64_t emitted = 0;
+        for (std::int64_t r = 0; r < fed; ++r) {
+            const std::size_t before = job.result.ids.size();
+            finished = sample(job, logits.row(first_row + r), job.step_start + r + 1);
+            if (job.result.ids.size() == before) break;  // nothing sampled: max tokens or cancelled
+            ++emitted;
+            const bool accepted = r + 1 < fed && job.result.ids.back() == job.feed[static_cast<std::size_t>(r + 1)];
+            if (accepted) {
+                ++job.result.stats.accepted_tokens;
+                std::lock_guard lock(mutex_);
+                ++stats_.accepted_tokens;
+            }
+            if (finished || !accepted) break;
+        }
+        // Keep the fed id before each emitted one; forget the rejected drafts.
+        if (fed > 1) cache_.truncate(job.seq, job.step_start + emitted);
+        if (job.speculative() && !finished) {
+            const auto h = logits.hidden_row(first_row + emitted - 1);
+            job.hidden.assign(h.begin(), h.end());
+        }
+        return finished;
+    }
+
     /// One iteration of Session::generate's loop for `job`, given its logits: the same checks in
-    /// the same order. Returns the finish reason, or nothing when the sampled id is to be fed.
-    std::optional<FinishReason> sample(Job& job, std::span<const T> logits) {
+    /// the same order. `length` is the cache's length once this id is the last emitted (the
+    /// sampled id itself is fed by the next step). Returns the finish reason, or nothing when
+    /// the sampled id is to be fed.
+    std::optional<FinishReason> sample(Job& job, std::span<const T> logits, std::int64_t length) {
         const GenerateOptions& o = job.request.options;
         EngineResult& r = job.result;
         if (r.stats.generated_tokens >= o.max_new_tokens) return FinishReason::MaxTokens;
@@ -684,6 +795,7 @@ private:
             r.stats.time_to_first_token = std::chrono::duration<double>(*job.first - job.submitted).count();
         }
         r.ids.push_back(id);
+        if (job.speculative()) job.history.push_back(id);
         ++r.stats.generated_tokens;
         {
             std::lock_guard lock(mutex_);
@@ -703,7 +815,7 @@ private:
             return FinishReason::EndToken;
         if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) return FinishReason::StopId;
         if (!keep_going) return FinishReason::Cancelled;
-        if (cache_.length(job.seq) + 1 > context_) return FinishReason::ContextFull;
+        if (length + 1 > context_) return FinishReason::ContextFull;
         if (r.stats.generated_tokens >= o.max_new_tokens) return FinishReason::MaxTokens;
         job.pending = id;
         return std::nullopt;
@@ -840,6 +952,7 @@ private:
     std::size_t reserved_ = 0;
     std::int32_t running_ = 0;  // admitted, not finished
     bool prefix_pages_dirty_ = false;
+    std::int32_t drafting_ = 0;  // sequences with drafts in the current step
     std::int64_t prefix_cache_pages_ = 0;
     std::vector<float> row_;
 
