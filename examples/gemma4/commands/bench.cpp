@@ -10,9 +10,15 @@
 // positions (only what a later query can see: the sliding layers' window, every position of the
 // full layers), then decode steps are timed at that context. --kv int8 stores
 // the cache as int8 with a scale per (position, head).
+// --draft oracle --accept P[,P...] --draft-max K[,K...]: speculative decoding's mechanism. Random
+// weights make a real drafter's acceptance meaningless, so a plain greedy run's output is
+// replayed by the oracle drafter with each drafted id right with probability P; each (P, K) run
+// alternates with a plain run of the same length, and the table gives tokens/s, the speedup
+// over the plain run next to it, and what a verification step costs relative to a plain one.
 #include "../cli.hpp"
 #include "../probes.hpp"
 
+#include <gemma4/generate/session.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/quantize.hpp>
 
@@ -102,6 +108,61 @@ void fill_cache(const Gemma4Config& c, KVCache<float>& cache, const std::vector<
         }
 }
 
+/// One row of the speculative table.
+struct SpeculativeRun {
+    double accept = 0;
+    std::int64_t draft_max = 0;
+    double tokens_per_s = 0, plain_tokens_per_s = 0;
+    double acceptance = 0;          ///< accepted / drafted
+    double tokens_per_step = 0;     ///< emitted ids per verification step
+    double step_cost = 0;           ///< seconds per verification step / seconds per plain step
+};
+
+/// Greedy generation of `n` ids after `prompt` (end ids off), with or without a drafter.
+GenerationResult greedy_run(const Model<float>& model, std::span<const std::int32_t> prompt, std::int64_t n, SpeculativeOptions spec = {}) {
+    Session<float> session(model);
+    GenerateOptions o{.max_new_tokens = n, .sampling = {.temperature = 0.0}, .end_ids = {-1}};
+    o.speculative = spec;
+    return session.generate(prompt, o);
+}
+
+double seconds_per_step(const GenerationResult& r) {
+    return r.stats.generation_seconds / static_cast<double>(std::max<std::int64_t>(1, r.stats.decode_steps));
+}
+
+std::vector<SpeculativeRun> speculative_bench(const Model<float>& model, std::span<const std::int32_t> prompt, std::int64_t n,
+                                              const std::vector<double>& accepts, const std::vector<std::int64_t>& lengths) {
+    const GenerationResult reference = greedy_run(model, prompt, n);
+    std::vector<std::int32_t> sequence(prompt.begin(), prompt.end());
+    sequence.insert(sequence.end(), reference.ids.begin(), reference.ids.end());
+    std::vector<SpeculativeRun> rows;
+    std::uint64_t seed = 1;
+    for (const double p : accepts)
+        for (const std::int64_t k : lengths) {
+            const GenerationResult plain = greedy_run(model, prompt, n);
+            OracleDrafter oracle(sequence, p, seed++);
+            const GenerationResult spec = greedy_run(model, prompt, n, {.drafter = &oracle, .draft_max = k});
+            if (spec.ids != reference.ids || plain.ids != reference.ids)
+                throw Error("bench: speculative decoding changed the greedy output (accept " + std::to_string(p) + ", draft length " +
+                            std::to_string(k) + ")");
+            rows.push_back({p, k, spec.stats.generation_tokens_per_s(), plain.stats.generation_tokens_per_s(), spec.stats.acceptance_rate(),
+                            static_cast<double>(spec.stats.generated_tokens - 1) / static_cast<double>(std::max<std::int64_t>(1, spec.stats.decode_steps)),
+                            seconds_per_step(spec) / seconds_per_step(plain)});
+        }
+    return rows;
+}
+
+template <class V>
+std::vector<V> parse_list(cli::Args& args, const std::string& name, const std::string& text) {
+    std::vector<V> out;
+    for (std::size_t at = 0; at <= text.size();) {
+        const std::size_t comma = std::min(text.find(',', at), text.size());
+        out.push_back(args.parse_number<V>(name, text.substr(at, comma - at)));
+        at = comma + 1;
+    }
+    return out;
+}
+
 int run(cli::Args& args) {
     const std::string config_name = args.get("config").value_or("gemma-4-12b");
     const std::string weights = args.require("weights");
@@ -115,7 +176,24 @@ int run(cli::Args& args) {
     const auto context = args.number<std::int64_t>("context", 0);
     const std::string kv = args.get("kv").value_or("float");
     const bool json = args.flag("json");
+    const auto draft = args.get("draft");
+    const auto accept_list = args.get("accept");
+    const auto draft_max_list = args.get("draft-max");
     args.finish();
+    std::vector<double> accepts;
+    std::vector<std::int64_t> draft_lengths;
+    if (draft) {
+        if (*draft != "oracle") throw InvalidArgument("bench: --draft must be oracle, got '" + *draft + "'");
+        accepts = parse_list<double>(args, "accept", accept_list.value_or("0.5,0.7,0.9"));
+        draft_lengths = parse_list<std::int64_t>(args, "draft-max", draft_max_list.value_or("1,2,3,4,5,6"));
+        for (const double p : accepts)
+            if (!(p >= 0 && p <= 1)) throw InvalidArgument("bench: --accept values must be in [0, 1]");
+        for (const std::int64_t k : draft_lengths)
+            if (k < 1) throw InvalidArgument("bench: --draft-max values must be >= 1");
+        if (batch_opt || context > 0) throw InvalidArgument("bench: --draft measures one sequence: no --batch or --context");
+    } else if (accept_list || draft_max_list) {
+        throw InvalidArgument("bench: --accept and --draft-max need --draft oracle");
+    }
     if (!random) throw InvalidArgument("bench: only --random-weights is supported (weights are generated in memory)");
     if (config_name != "gemma-4-12b") throw InvalidArgument("bench: --config must be gemma-4-12b, got '" + config_name + "'");
     const auto format = parse_weight_format(weights);
@@ -200,6 +278,13 @@ int run(cli::Args& args) {
         }
     }
 
+    std::vector<SpeculativeRun> speculative;
+    if (draft) {
+        say("speculative decoding: " + std::to_string(accepts.size() * draft_lengths.size()) + " runs of " + std::to_string(G) +
+            " ids, each next to a plain run ...");
+        speculative = speculative_bench(model, prompts[0], G, accepts, draft_lengths);
+    }
+
     const double prefill_tps = prefill_s > 0 ? static_cast<double>(B * P) / prefill_s : 0.0;
     const double decode_tps = static_cast<double>(B * G) / decode_s;
     const double alone_tps = alone ? static_cast<double>(G) / alone_s : 0.0;
@@ -250,6 +335,15 @@ int run(cli::Args& args) {
         j["context"] = context;
         j["kv_fill_s"] = fill_s;
     }
+    for (const SpeculativeRun& r : speculative)
+        j["speculative"].push_back({{"accept", r.accept},
+                                    {"draft_max", r.draft_max},
+                                    {"tokens_per_s", r.tokens_per_s},
+                                    {"plain_tokens_per_s", r.plain_tokens_per_s},
+                                    {"speedup", r.tokens_per_s / r.plain_tokens_per_s},
+                                    {"acceptance", r.acceptance},
+                                    {"tokens_per_step", r.tokens_per_step},
+                                    {"step_cost", r.step_cost}});
     if (json) {
         std::printf("%s\n", j.dump().c_str());
         return 0;
@@ -272,6 +366,14 @@ int run(cli::Args& args) {
     std::printf("KV cache  %8.3f GB in use (%s), %.1f ms per decode step%s\n", static_cast<double>(kv_bytes) / 1e9, kv.c_str(),
                 1e3 * decode_s / static_cast<double>(G), context > 0 ? (" at context " + std::to_string(context)).c_str() : "");
     std::printf("peak RSS  %8.2f GB\n", static_cast<double>(rss) / 1e9);
+    if (!speculative.empty()) {
+        std::printf("speculative (oracle drafter, greedy, %lld ids per run; output checked equal to plain decoding):\n"
+                    "  accept  draft  tok/s   plain tok/s  speedup  accepted  ids/step  step cost\n", static_cast<long long>(G));
+        for (const SpeculativeRun& r : speculative)
+            std::printf("  %5.2f  %5lld  %6.2f  %11.2f  %6.2fx  %7.0f%%  %8.2f  %8.2fx\n", r.accept, static_cast<long long>(r.draft_max),
+                        r.tokens_per_s, r.plain_tokens_per_s, r.tokens_per_s / r.plain_tokens_per_s, 100 * r.acceptance,
+                        r.tokens_per_step, r.step_cost);
+    }
     return 0;
 }
 
@@ -286,6 +388,9 @@ const cli::Command reg{"bench", "prefill/decode speed with random weights at the
                            {"batch", "B", "sequences decoding together (default: 1)"},
                            {"context", "N", "skip the prefill; time decoding after N random cached positions"},
                            {"kv", "float|int8", "KV cache storage (default: float)"},
+                           {"draft", "oracle", "also time speculative decoding with a drafter accepted at the rates of --accept"},
+                           {"accept", "P[,P...]", "probabilities that a drafted id is right (default: 0.5,0.7,0.9)"},
+                           {"draft-max", "K[,K...]", "draft lengths to time (default: 1,2,3,4,5,6)"},
                            {"bandwidth-mb", "MB", "buffer size of the read-bandwidth probe (default: 1536)"},
                            {"json", "", "print one JSON object on stdout"},
                        } + cli::threads_option(),

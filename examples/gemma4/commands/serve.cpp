@@ -38,6 +38,9 @@ struct ServeConfig {
     std::size_t max_body = 16u << 20;
     int max_soft_tokens = 280;
     double grace_seconds = 10;
+    /// Every request speculates with this drafter (--lookup); the engine verifies the drafts of
+    /// all decoding requests in one step.
+    SpeculativeOptions speculative{};
 };
 
 /// Everything a handler needs; shared by all connection threads.
@@ -205,6 +208,7 @@ private:
         o.end_ids = end_ids_;
         o.stop_ids = stop_ids_;
         o.stop_strings = s.stop;
+        o.speculative = config_.speculative;
         p.request.prompt = std::move(ids);
         p.request.images = media.images;
         p.request.audios = media.audios;
@@ -483,6 +487,8 @@ int run(cli::Args& args) {
     engine_options.max_queue = args.number<std::int32_t>("queue", engine_options.max_queue);
     const std::string weights = args.get("weights").value_or("as-stored");
     const auto threads = args.number<unsigned>("threads", 0);
+    const cli::Speculation speculation = cli::read_speculative(args);
+    config.speculative = speculation.options;
     args.finish();
     const auto format = parse_weight_format(weights);
     if (!format) throw InvalidArgument("serve: --weights must be int8, int4 or bf16, got '" + weights + "'");
@@ -578,7 +584,7 @@ const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completion
                            {"max-body", "BYTES", "largest request body; larger ones get 413 (default: 16 MiB)"},
                            {"max-soft-tokens", "N", "soft tokens per image: 70, 140, 280 (default), 560 or 1120"},
                            {"grace", "SECONDS", "on SIGINT/SIGTERM, time given to in-flight requests before they are cancelled (default: 10)"},
-                       } + cli::threads_option(),
+                       } + cli::speculative_options() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_serve
