@@ -110,3 +110,34 @@ TEST_CASE("demo writes its model once and generates", "[cli][demo]") {
     CHECK(r.err.find("generated at") != std::string::npos);
     CHECK(run_cli("demo --out " + (dir / "d").string() + " --max-new-tokens 8").out == r.out);  // seeded: same text again
 }
+
+TEST_CASE("generate --lookup prints exactly the plain decode's ids, and checks the draft options", "[cli][generate][speculative]") {
+    const auto dir = test::temp_dir("cli_generate_lookup");
+    REQUIRE(run_cli("make-tiny --out " + (dir / "m").string() + " --seed 4").status == 0);
+    const std::string base = "generate --model " + (dir / "m").string() +
+                             " --prompt-ids 2,40,41,42,43,40,41,42,43,40,41,42,43 --max-new-tokens 24 --temperature 0 --print-ids";
+    const auto plain = run_cli(base);
+    REQUIRE(plain.status == 0);
+    for (const std::string spec : {" --lookup 3", " --lookup 2 --draft-max 6", " --lookup 1 --draft-max 2 --draft-min 2"}) {
+        const auto r = run_cli(base + spec);
+        INFO(spec << ": " << r.err);
+        REQUIRE(r.status == 0);
+        CHECK(r.out == plain.out);  // one JSON array, the same ids
+        CHECK(nlohmann::json::parse(r.out).is_array());
+        CHECK(r.err.find("drafted") != std::string::npos);
+    }
+    for (const std::string bad : {" --lookup 3 --draft-max 0", " --lookup 3 --draft-max -2"}) {
+        const auto r = run_cli(base + bad);
+        CHECK(r.status == 1);
+        CHECK(r.err.find("--draft-max must be >= 1") != std::string::npos);
+    }
+    const auto no_drafter = run_cli(base + " --draft-max 4");
+    CHECK(no_drafter.status == 1);
+    CHECK(no_drafter.err.find("need a drafter") != std::string::npos);
+    const auto lookup0 = run_cli(base + " --lookup 0");
+    CHECK(lookup0.status == 1);
+    CHECK(lookup0.err.find("--lookup") != std::string::npos);
+    const auto min_over_max = run_cli(base + " --lookup 2 --draft-max 2 --draft-min 3");
+    CHECK(min_over_max.status == 1);
+    CHECK(min_over_max.err.find("--draft-min") != std::string::npos);
+}

@@ -174,6 +174,8 @@ TEST_CASE("prompt lookup proposes what followed the latest earlier match of the 
     CHECK(lookup.lookup(V{5, 6, 8, 4, 6}, 3) == V{8, 4, 6});                           // only a 1-gram matches
     CHECK(lookup.lookup(V{4, 2, 3, 8, 1, 2, 3}, 2) == V{8, 1});                        // the 3-gram "1 2 3" has no earlier match; "2 3" has
     CHECK(lookup.lookup(V{1, 2, 3}, 4).empty());                                       // nothing repeats
+    CHECK(lookup.lookup(V{9, 3, 3, 3}, 4) == V{3, 3, 3, 3});                           // a repeat continues past the end
+    CHECK(lookup.lookup(V{1, 2, 1, 2}, 5) == V{1, 2, 1, 2, 1});
     CHECK(lookup.lookup(V{7}, 4).empty());
 }
 

@@ -108,3 +108,34 @@ TEST_CASE("cache budget and sequence limits are clear errors", "[cache][errors]"
     for (int i = 0; i < 256; ++i) many.add_sequence();
     REQUIRE_THROWS_WITH(many.add_sequence(), Catch::Contains("256 sequences are already live"));
 }
+
+TEST_CASE("truncate forgets positions, returns their pages, and can roll back over released sliding pages", "[cache]") {
+    Gemma4Config c = tiny_config();  // window 8, pages of 16
+    KVCache<float> cache(c);
+    const SeqId s = cache.add_sequence();
+    const auto write = [&](std::int64_t n) {
+        cache.reserve(s, n);
+        cache.advance(s, n);
+    };
+    write(40);  // sliding pages below position 33 are released: only slot 2 is held
+    CHECK(cache.page_of(s, AttentionKind::Sliding, 20) < 0);
+    CHECK_THROWS_WITH(cache.truncate(s, 30), Catch::Contains("was freed") && Catch::Contains("set_max_rollback"));
+    CHECK(cache.length(s) == 40);  // a refused truncate changes nothing
+
+    cache.set_max_rollback(s, 10);
+    write(16);  // 56 positions: the window alone would release slot 2 (32..47); a rollback to 46 needs keys from 39
+    CHECK(cache.page_of(s, AttentionKind::Sliding, 39) >= 0);
+    CHECK(cache.pages_in_use(AttentionKind::Full) == 4);
+    cache.truncate(s, 46);
+    CHECK(cache.length(s) == 46);
+    CHECK(cache.pages_in_use(AttentionKind::Full) == (46 + 15) / 16);  // slot 3 (48..63) went back
+    CHECK(cache.page_of(s, AttentionKind::Full, 50) < 0);
+    // Beyond the allowance the same error names it.
+    CHECK_THROWS_WITH(cache.truncate(s, 20), Catch::Contains("allows 10"));
+    CHECK_THROWS_WITH(cache.truncate(s, 47), Catch::Contains("cannot truncate"));
+    CHECK_THROWS_WITH(cache.set_max_rollback(s, -1), Catch::Contains("max rollback"));
+    // Writing again after a truncate takes fresh pages as needed.
+    write(20);
+    CHECK(cache.length(s) == 66);
+    CHECK(cache.page_of(s, AttentionKind::Full, 65) >= 0);
+}

@@ -80,8 +80,12 @@ public:
             // before the suffix itself so that at least one id follows it.
             for (std::int64_t start = n - g - 1; start >= 0; --start) {
                 if (!std::equal(suffix.begin(), suffix.end(), context.begin() + start)) continue;
-                const std::int64_t from = start + g, to = std::min(n, from + max_tokens);
-                return {context.begin() + from, context.begin() + to};
+                // Copy what followed; past the context's end the copy reads its own output, so
+                // a repeating pattern continues for the whole draft (an overlapping copy).
+                std::vector<std::int32_t> draft;
+                for (std::int64_t i = start + g; static_cast<std::int64_t>(draft.size()) < max_tokens; ++i)
+                    draft.push_back(i < n ? context[static_cast<std::size_t>(i)] : draft[static_cast<std::size_t>(i - n)]);
+                return draft;
             }
         }
         return {};
