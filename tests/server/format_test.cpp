@@ -160,6 +160,25 @@ TEST_CASE("a malformed or unfinished call stays content, markers and all", "[ser
     CHECK(r.content == "a ");
 }
 
+TEST_CASE("a channel header is a short name and a newline; without one the text is reasoning, whole or in pieces", "[server][reply]") {
+    const std::string long_name(80, 'x');
+    for (const std::string& text : {"<|channel>thought\nhmm<channel|>yes", "<|channel>" + long_name + "\nhmm<channel|>yes",
+                                    "<|channel>no header<channel|>yes", "<|channel>unfinished"}) {
+        const ParsedReply whole = parse_reply(text);
+        for (const std::size_t piece : {1u, 3u, 7u, 64u}) {
+            const ParsedReply streamed = parse_in_pieces(text, {piece});
+            INFO(text << " in pieces of " << piece);
+            CHECK(streamed.content == whole.content);
+            CHECK(streamed.reasoning == whole.reasoning);
+        }
+    }
+    CHECK(parse_reply("<|channel>thought\nhmm<channel|>yes").reasoning == "hmm");
+    CHECK(parse_reply("<|channel>" + long_name + "\nhmm<channel|>yes").reasoning == long_name + "\nhmm");
+    CHECK(parse_reply("<|channel>no header<channel|>yes").reasoning == "no header");
+    CHECK(parse_reply("<|channel>no header<channel|>yes").content == "yes");
+    CHECK(parse_reply("<|channel>unfinished").reasoning == "unfinished");
+}
+
 TEST_CASE("end markers are dropped from the content", "[server][reply]") {
     CHECK(parse_reply("Hello<turn|>").content == "Hello");
     CHECK(parse_reply("Hello<eos>").content == "Hello");

@@ -41,9 +41,10 @@ public:
     /// unclosed call becomes content.
     std::vector<ReplyEvent> finish() {
         std::vector<ReplyEvent> events;
+        buffer_.insert(0, channel_name_);  // an undecided channel header: decided now, as reasoning
+        channel_name_.clear();
         run(events, true);
         if (state_ == State::ToolCall) emit(events, ReplyEvent::Content, std::string(kToolCallStart) + call_);
-        if (state_ == State::ChannelName) emit(events, ReplyEvent::Reasoning, channel_name_);
         state_ = State::Text;
         call_.clear();
         return events;
@@ -54,6 +55,7 @@ public:
 private:
     enum class State { Text, ChannelName, Channel, ToolCall };
 
+    static constexpr std::size_t kMaxChannelName = 64;
     static constexpr std::array<std::string_view, 3> kDropped = {"<turn|>", "<eos>", kToolResponseStart};
 
     void emit(std::vector<ReplyEvent>& events, ReplyEvent::Kind kind, std::string text) {
@@ -81,19 +83,19 @@ private:
     void run(std::vector<ReplyEvent>& events, bool final) {
         while (!buffer_.empty()) {
             if (state_ == State::ChannelName) {
+                // A header is a name of at most kMaxChannelName bytes and a newline ("thought\n");
+                // it is not part of the reasoning. Decided on those bytes alone, so a reply
+                // parses the same whole or in pieces; without a header everything is reasoning.
+                buffer_.insert(0, channel_name_);
+                channel_name_.clear();
                 const auto nl = buffer_.find('\n');
-                if (nl == std::string::npos) {
-                    channel_name_ += buffer_;
+                if (nl != std::string::npos && nl <= kMaxChannelName) {
+                    buffer_.erase(0, nl + 1);
+                } else if (nl == std::string::npos && buffer_.size() <= kMaxChannelName && !final) {
+                    channel_name_ = std::move(buffer_);  // undecided: wait for more
                     buffer_.clear();
-                    if (channel_name_.size() > 64) {  // not a channel header after all: treat it as thought text
-                        emit(events, ReplyEvent::Reasoning, channel_name_);
-                        channel_name_.clear();
-                        state_ = State::Channel;
-                    }
                     return;
                 }
-                channel_name_.clear();  // "thought": the channel's name is not part of the reasoning
-                buffer_.erase(0, nl + 1);
                 state_ = State::Channel;
                 continue;
             }
