@@ -162,8 +162,8 @@ TEST_CASE("a malformed or unfinished call stays content, markers and all", "[ser
 
 TEST_CASE("a channel header is a short name and a newline; without one the text is reasoning, whole or in pieces", "[server][reply]") {
     const std::string long_name(80, 'x');
-    for (const std::string& text : {"<|channel>thought\nhmm<channel|>yes", "<|channel>" + long_name + "\nhmm<channel|>yes",
-                                    "<|channel>no header<channel|>yes", "<|channel>unfinished"}) {
+    for (const std::string& text : std::vector<std::string>{"<|channel>thought\nhmm<channel|>yes", "<|channel>" + long_name + "\nhmm<channel|>yes",
+                                                            "<|channel>no header<channel|>yes", "<|channel>unfinished"}) {
         const ParsedReply whole = parse_reply(text);
         for (const std::size_t piece : {1u, 3u, 7u, 64u}) {
             const ParsedReply streamed = parse_in_pieces(text, {piece});
