@@ -94,33 +94,37 @@ inline std::size_t matrix_bytes(ModelWeights& w) {
     return n;
 }
 
-/// Quantized matrices held as rows (a quantized checkpoint as mapped) re-laid as panels, the
-/// layout the kernels read (tensor/quant.hpp), on `pool`'s threads.
-inline void to_panels(ModelWeights& w, ThreadPool& pool) {
+/// Quantized matrices among `mats` held as rows (a quantized checkpoint as mapped) re-laid as
+/// panels, the layout the kernels read (tensor/quant.hpp), on `pool`'s threads; `storage` (the
+/// owner of the views) is replaced by one that also keeps the new panels.
+inline void matrices_to_panels(const std::vector<WeightView*>& mats, std::shared_ptr<const void>& storage, ThreadPool& pool) {
     std::shared_ptr<detail::OwnedBuffers> owned;
-    for (WeightView* v : big_matrices(w)) {
+    for (WeightView* v : mats) {
         if (!v->quantized() || v->layout == WeightView::Layout::Panels) continue;
         if (!owned) {
             owned = std::make_shared<detail::OwnedBuffers>();
-            owned->parent = w.storage;
+            owned->parent = storage;
         }
         const WeightView src = *v;
         detail::make_panels(*v, *owned, pool, [&](std::int64_t r, std::byte* codes, std::uint16_t* scales) { src.quant_row(r, codes, scales); });
     }
-    if (owned) w.storage = owned;
+    if (owned) storage = owned;
 }
 
+/// The big matrices of a model as panels (matrices_to_panels).
+inline void to_panels(ModelWeights& w, ThreadPool& pool) { matrices_to_panels(big_matrices(w), w.storage, pool); }
 
-/// Re-encodes the big matrices of `w` in `format` (no-op for AsStored or matrices already in
-/// it). Rows are converted in parallel; the double path can still read the result (it
-/// dequantizes rows exactly).
-inline void quantize_weights(ModelWeights& w, WeightFormat format, const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
+/// Re-encodes the matrices `mats` in `format` (no-op for AsStored or matrices already in it);
+/// `storage` (the owner of the views) is replaced by one that also keeps the new buffers. Rows
+/// are converted in parallel; the double path can still read the result (it dequantizes rows
+/// exactly).
+inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_ptr<const void>& storage, WeightFormat format,
+                              const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
     if (format == WeightFormat::AsStored) return;
     const DType target = format_dtype(format);
     auto owned = std::make_shared<detail::OwnedBuffers>();
-    owned->parent = w.storage;
+    owned->parent = storage;
     ThreadPool pool(n_threads);
-    const auto mats = big_matrices(w);
     for (std::size_t i = 0; i < mats.size(); ++i) {
         WeightView& v = *mats[i];
         if (v.dtype != target) {
@@ -158,7 +162,12 @@ inline void quantize_weights(ModelWeights& w, WeightFormat format, const Quantiz
         }
         if (progress) progress(i + 1, mats.size(), v.name);
     }
-    w.storage = owned;
+    storage = owned;
+}
+
+/// Re-encodes the big matrices of `w` in `format` (quantize_matrices).
+inline void quantize_weights(ModelWeights& w, WeightFormat format, const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
+    quantize_matrices(big_matrices(w), w.storage, format, progress, n_threads);
 }
 
 /// Weights of `c`'s text decoder with random values, generated directly in `format` (BF16,
