@@ -37,6 +37,13 @@ TEST_CASE("make-tiny --assistant writes an assistant that loads against its targ
     const auto drafts = assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), target, cache, 3, 0.0);
     CHECK(drafts.at(0).size() == 3);
 
+    // gemma4 quantize writes an assistant in the quantized checkpoint format
+    const auto quantized_dir = test::temp_dir("cli_assistant_int4");
+    REQUIRE(test::run_cli("quantize --model " + assistant_dir.string() + " --weights int4 --out " + quantized_dir.string()).status == 0);
+    const auto quantized = Assistant<float>::load(quantized_dir, target);
+    CHECK(quantized.weights().post_projection.dtype == DType::Q4);
+    CHECK(quantized.draft(std::span<const AssistantSeed<float>>(&seed, 1), target, cache, 3, 0.0).at(0).size() == 3);
+
     // --assistant and --target go together
     CHECK(test::run_cli("make-tiny --assistant --out " + assistant_dir.string()).status != 0);
     CHECK(test::run_cli("make-tiny --target " + target_dir.string() + " --out " + assistant_dir.string()).status != 0);

@@ -402,9 +402,18 @@ TEST_CASE("assistant loads bf16, f32 and sharded checkpoints, and re-encodes the
         CHECK(q.weights().post_projection.dtype == want);
         CHECK(q.weights().layers[3].down_proj.dtype == want);
         CHECK(q.weights().layers[0].q_norm.dtype == DType::F32);  // norms stay as stored
-        const double d = rel_diff(run(q), base);
+        const auto q_logits = run(q);
+        const double d = rel_diff(q_logits, base);
         CHECK(d > 0);
         if (format == WeightFormat::Int8) CHECK(d < 0.2);
+
+        // saved in the quantized checkpoint format, it loads by mapping and computes the same
+        const auto saved = test::temp_dir(std::string("assistant_saved_") + (format == WeightFormat::Int8 ? "int8" : "int4"));
+        save_assistant_checkpoint(load_assistant_checkpoint(f32.assistant_dir, {.format = format}), saved);
+        const auto mapped = Assistant<float>::load(saved, target);
+        CHECK(mapped.weights().pre_projection.dtype == want);
+        CHECK(mapped.weights().layers[1].gate_proj.dtype == want);
+        CHECK(run(mapped) == q_logits);
 
         // the re-encoded weights are what the step computes with: the double step on them equals
         // the plain loops over their dequantized values
@@ -456,6 +465,13 @@ TEST_CASE("assistant load rejects a mismatched or unsupported checkpoint, naming
     a = good;
     a.text.global_head_dim = 16;
     CHECK_THROWS_MATCHES(load_against("global_head_dim", a, target), ConfigError, Has("global_head_dim"));
+    a = good;
+    a.text.rope_full.rope_theta = 10000.0;
+    CHECK_THROWS_MATCHES(load_against("rope", a, target), ConfigError, Has("text_config.rope_parameters.full_attention: differs from the RoPE of target layer 5"));
+    a = good;
+    a.text.rope_sliding.rope_type = RopeType::Proportional;
+    a.text.rope_sliding.partial_rotary_factor = 0.5;
+    CHECK_THROWS_MATCHES(load_against("rope_sliding", a, target), ConfigError, Has("text_config.rope_parameters.sliding_attention"));
     a = good;
     a.text.sliding_window = target.sliding_window + 1;
     CHECK_THROWS_MATCHES(load_against("window", a, target), ConfigError, Has("text_config.sliding_window"));

@@ -91,6 +91,12 @@ inline AssistantSources check_assistant_fits(const AssistantConfig& a, const Gem
                  "layer " + std::to_string(i) + " reads " + std::to_string(g.num_kv_heads) + " kv heads × " + std::to_string(g.head_dim) +
                      " from target layer " + std::to_string(source) + ", which caches " + std::to_string(tg.num_kv_heads) + " × " +
                      std::to_string(tg.head_dim));
+        // The cached keys were rotated with the target's RoPE; a query rotated otherwise would
+        // score them at the wrong relative positions.
+        if (g.rope.rope_type != tg.rope.rope_type || g.rope.rope_theta != tg.rope.rope_theta || g.rope_pairs != tg.rope_pairs)
+            fail(std::string("text_config.rope_parameters.") + std::string(attention_kind_name(g.kind)),
+                 "differs from the RoPE of target layer " + std::to_string(source) + " (theta " + std::to_string(tg.rope.rope_theta) + ", " +
+                     std::to_string(tg.rope_pairs) + " rotated pairs), whose cached keys it reads");
         if (g.num_heads % g.num_kv_heads != 0)
             fail("text_config.num_attention_heads", "must be a multiple of the kv heads read (" + std::to_string(g.num_kv_heads) + ")");
     }

@@ -228,5 +228,30 @@ inline AssistantCheckpoint load_assistant_checkpoint(const std::filesystem::path
     return ck;
 }
 
+/// Writes `ck` as an assistant checkpoint directory: config.json (copied from the source
+/// directory when there is one) and one model.safetensors with every tensor as it is in memory
+/// (save_tensors: quantized matrices in the format of docs/checkpoint-formats.md, loaded back by
+/// mapping only).
+inline void save_assistant_checkpoint(const AssistantCheckpoint& ck, const std::filesystem::path& dir) {
+    std::filesystem::create_directories(dir);
+    const auto src_config = ck.directory.empty() ? std::filesystem::path() : ck.directory / "config.json";
+    if (!src_config.empty() && std::filesystem::exists(src_config)) {
+        if (std::filesystem::absolute(src_config) != std::filesystem::absolute(dir / "config.json"))
+            std::filesystem::copy_file(src_config, dir / "config.json", std::filesystem::copy_options::overwrite_existing);
+    } else {
+        std::ofstream(dir / "config.json") << assistant_config_to_json(ck.config).dump(2) << "\n";
+    }
+    AssistantWeights w = ck.weights;  // the table binds pointers into a copy of the views
+    save_tensors(assistant_tensor_table(ck.config, w), dir / "model.safetensors");
+}
+
+/// Whether a config.json describes an assistant (model_type gemma4_unified_assistant).
+inline bool is_assistant_config(const std::filesystem::path& path) {
+    const nlohmann::json j = read_json_file<ConfigError>(path);
+    if (!j.is_object()) return false;
+    const auto it = j.find("model_type");
+    return it != j.end() && it->is_string() && (*it == "gemma4_unified_assistant" || *it == "gemma4_assistant");
+}
+
 }  // namespace GEMMA4_ABI
 }  // namespace gemma4

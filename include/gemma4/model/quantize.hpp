@@ -266,22 +266,11 @@ inline Checkpoint load_checkpoint_as(const std::filesystem::path& dir, const Loa
     return ck;
 }
 
-/// Writes `ck` as a checkpoint directory: config.json (copied from the source directory when
-/// there is one) and one model.safetensors holding every tensor as it is in memory. Quantized
-/// matrices are stored as "<name>" (I8 codes for Q8, U8 packed nibbles for Q4) plus
-/// "<name>_scale" (F16), and `__metadata__` records the format (docs/checkpoint-formats.md),
-/// so that loading it again maps the file and converts nothing.
-inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& dir) {
-    std::filesystem::create_directories(dir);
-    const auto src_config = ck.directory.empty() ? std::filesystem::path() : ck.directory / "config.json";
-    if (!src_config.empty() && std::filesystem::exists(src_config)) {
-        if (std::filesystem::absolute(src_config) != std::filesystem::absolute(dir / "config.json"))
-            std::filesystem::copy_file(src_config, dir / "config.json", std::filesystem::copy_options::overwrite_existing);
-    } else {
-        std::ofstream(dir / "config.json") << config_to_json(ck.config).dump(2) << "\n";
-    }
-    ModelWeights w = ck.weights;  // the table binds pointers into a copy of the views
-    const auto table = tensor_table(ck.config, ck.text_prefix.empty() ? "model.language_model." : ck.text_prefix, w);
+/// Writes the tensors of `table` (the views its fields point to) as one .safetensors file: plain
+/// tensors as they are in memory, quantized matrices as "<name>" (I8 codes for Q8, U8 packed
+/// nibbles for Q4) plus "<name>_scale" (F16), with `__metadata__` recording the format
+/// (docs/checkpoint-formats.md), so that loading the file maps it and converts nothing.
+inline void save_tensors(const std::vector<TensorSpec>& table, const std::filesystem::path& file) {
     std::vector<TensorRef> refs;
     std::deque<std::vector<std::byte>> row_layout;  // stable addresses for refs
     std::map<std::string, std::string> meta{{"format", "pt"}};
@@ -290,7 +279,7 @@ inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& d
         const WeightView& v = *spec.field;
         if (!v) continue;
         if (v.quantized()) {
-            if (qtype && *qtype != v.dtype) throw InvalidArgument("save_checkpoint: matrices of mixed quantized formats");
+            if (qtype && *qtype != v.dtype) throw InvalidArgument("save_tensors: matrices of mixed quantized formats");
             qtype = v.dtype;
             meta["gemma4.origin_dtype"] = std::string(dtype_name(v.origin));
             // files hold the rows one after another
@@ -311,7 +300,24 @@ inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& d
         meta["gemma4.block_size"] = std::to_string(quant::kBlock);
         meta["gemma4.row_align"] = std::to_string(quant::kRowAlign);
     }
-    write_safetensors(dir / "model.safetensors", refs, meta);
+    write_safetensors(file, refs, meta);
+}
+
+/// Writes `ck` as a checkpoint directory: config.json (copied from the source directory when
+/// there is one) and one model.safetensors holding every tensor as it is in memory
+/// (save_tensors).
+inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& dir) {
+    std::filesystem::create_directories(dir);
+    const auto src_config = ck.directory.empty() ? std::filesystem::path() : ck.directory / "config.json";
+    if (!src_config.empty() && std::filesystem::exists(src_config)) {
+        if (std::filesystem::absolute(src_config) != std::filesystem::absolute(dir / "config.json"))
+            std::filesystem::copy_file(src_config, dir / "config.json", std::filesystem::copy_options::overwrite_existing);
+    } else {
+        std::ofstream(dir / "config.json") << config_to_json(ck.config).dump(2) << "\n";
+    }
+    ModelWeights w = ck.weights;  // the table binds pointers into a copy of the views
+    const auto table = tensor_table(ck.config, ck.text_prefix.empty() ? "model.language_model." : ck.text_prefix, w);
+    save_tensors(table, dir / "model.safetensors");
 }
 
 }  // namespace GEMMA4_ABI
