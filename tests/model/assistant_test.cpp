@@ -481,6 +481,9 @@ TEST_CASE("assistant load rejects a mismatched or unsupported checkpoint, naming
     AssistantConfig a = good;
     a.backbone_hidden_size = 48;
     CHECK_THROWS_MATCHES(load_against("backbone", a, target), ConfigError, Has("backbone_hidden_size: 48 differs from the target's hidden_size 64"));
+    // checked before the tensors are opened
+    CHECK_THROWS_MATCHES(load_against("backbone_first", a, target, [](const auto& d) { std::filesystem::remove(d / "model.safetensors"); }),
+                         ConfigError, Has("backbone_hidden_size"));
     a = good;
     a.text.vocab_size = 400;
     CHECK_THROWS_MATCHES(load_against("vocab", a, target), ConfigError, Has("text_config.vocab_size: 400 differs"));

@@ -152,6 +152,9 @@ public:
     /// load runs on options.n_threads threads unless `load` names its own.
     static Assistant load(const std::filesystem::path& dir, const Gemma4Config& target, ModelOptions options = {}, LoadOptions load = {}) {
         if (load.n_threads == 0) load.n_threads = options.n_threads;
+        // A mismatch is reported before any tensor is mapped or re-encoded.
+        if (std::filesystem::is_directory(dir) && std::filesystem::exists(dir / "config.json"))
+            check_assistant_fits(load_assistant_config(dir / "config.json"), target, (dir / "config.json").string());
         return Assistant(load_assistant_checkpoint(dir, load), target, options);
     }
 
