@@ -26,6 +26,8 @@
 #include <gemma4/layers/mlp.hpp>
 #include <gemma4/layers/observer.hpp>
 #include <gemma4/layers/rms_norm.hpp>
+#include <gemma4/model/assistant.hpp>
+#include <gemma4/model/assistant_checkpoint.hpp>
 #include <gemma4/model/checkpoint.hpp>
 #include <gemma4/model/gguf_checkpoint.hpp>
 #include <gemma4/model/kv_cache.hpp>

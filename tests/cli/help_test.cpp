@@ -39,7 +39,7 @@ const std::map<std::string, std::set<std::string>> kReads = {
                    kMediaArrays},
     {"make-tiny", {"out", "seed", "dtype", "shards", "text-only", "vocab-size", "hidden-size", "intermediate-size", "layers", "heads",
                    "kv-heads", "head-dim", "global-head-dim", "global-kv-heads", "sliding-window", "max-positions", "layer-types",
-                   "no-tokenizer"}},
+                   "no-tokenizer", "assistant", "target"}},
     {"preprocess-audio", {"audio", "frame-size", "out-frames"}},
     {"preprocess-image", {"image", "max-soft-tokens", "patch-size", "pooling-kernel-size", "ignore-exif-orientation", "pil-resize",
                           "out-patches", "out-positions"}},

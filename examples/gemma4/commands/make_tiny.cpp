@@ -1,6 +1,8 @@
-// gemma4 make-tiny: writes a random checkpoint of any shape in the official layout.
+// gemma4 make-tiny: writes a random checkpoint of any shape in the official layout, or a random
+// assistant (drafter) checkpoint matching a target checkpoint.
 #include "../cli.hpp"
 
+#include <gemma4/model/assistant.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
 #include <gemma4/tokenizer/tiny_tokenizer.hpp>
 
@@ -21,6 +23,26 @@ DType parse_dtype(const std::string& s) {
 }  // namespace cmd_make_tiny
 
 namespace gemma4::cli {
+
+/// Writes a random assistant checkpoint for the target checkpoint directory `target` (its hidden
+/// size, vocabulary and the K/V geometry of its last sliding and full layers) to `out`.
+int make_tiny_assistant(cli::Args& args, const std::string& out, const std::filesystem::path& target) {
+    const Gemma4Config t = load_config(target / "config.json");
+    AssistantConfig a = assistant_config_for(t);
+    RandomCheckpointOptions o;
+    o.seed = args.number<std::uint64_t>("seed", 1);
+    o.dtype = parse_dtype(args.get("dtype").value_or("bf16"));
+    o.shards = args.number<int>("shards", 1);
+    a.text.hidden_size = args.number<std::int64_t>("hidden-size", a.text.hidden_size);
+    a.text.intermediate_size = args.number<std::int64_t>("intermediate-size", a.text.intermediate_size);
+    args.finish();
+    // Validate through the same parser and checks that load it.
+    check_assistant_fits(parse_assistant_config(assistant_config_to_json(a), "make-tiny"), t, "make-tiny");
+    write_random_assistant_checkpoint(out, a, o);
+    std::fprintf(stderr, "wrote %s: assistant of %lld parameters for %s\n", out.c_str(), static_cast<long long>(assistant_parameter_count(a)),
+                 target.string().c_str());
+    return 0;
+}
 
 /// Writes the tiny checkpoint described by the options (and, unless --no-tokenizer, a small
 /// tokenizer.json of the official format) to `out`.
@@ -69,9 +91,16 @@ int make_tiny(cli::Args& args, const std::string& out) {
 
 namespace cmd_make_tiny {
 
-int run(gemma4::cli::Args& args) { return gemma4::cli::make_tiny(args, args.require("out")); }
+int run(gemma4::cli::Args& args) {
+    const std::string out = args.require("out");
+    const bool assistant = args.flag("assistant");
+    const auto target = args.get("target");
+    if (assistant != target.has_value()) throw gemma4::InvalidArgument("make-tiny: --assistant and --target DIR go together");
+    if (assistant) return gemma4::cli::make_tiny_assistant(args, out, *target);
+    return gemma4::cli::make_tiny(args, out);
+}
 
-const gemma4::cli::Command reg{"make-tiny", "write a random checkpoint of any shape (official layout)",
+const gemma4::cli::Command reg{"make-tiny", "write a random checkpoint of any shape, or an assistant for one (official layout)",
                                {
                                    {"out", "DIR", "where to write config.json, the shards and tokenizer.json", gemma4::cli::kRequired},
                                    {"seed", "N", "seed of the random weights (default: 1)"},
@@ -79,9 +108,11 @@ const gemma4::cli::Command reg{"make-tiny", "write a random checkpoint of any sh
                                    {"shards", "N", "number of .safetensors shards (default: 1)"},
                                    {"text-only", "", "text decoder only, in the text-only checkpoint layout"},
                                    {"no-tokenizer", "", "write no tokenizer.json"},
+                                   {"assistant", "", "write an assistant (drafter) checkpoint for the checkpoint given by --target"},
+                                   {"target", "DIR", "with --assistant: the target checkpoint whose widths and KV geometry it matches"},
                                    {"vocab-size", "N", "vocabulary size (at least the small tokenizer's)"},
-                                   {"hidden-size", "N", "hidden size"},
-                                   {"intermediate-size", "N", "MLP intermediate size"},
+                                   {"hidden-size", "N", "hidden size (with --assistant: the assistant's own, default half the target's)"},
+                                   {"intermediate-size", "N", "MLP intermediate size (with --assistant: the assistant's own)"},
                                    {"layers", "N", "decoder layers, 1 to 256"},
                                    {"layer-types", "LETTERS", "one letter per layer: s = sliding, f = full (e.g. sssssf)"},
                                    {"heads", "N", "attention heads"},

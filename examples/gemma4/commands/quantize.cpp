@@ -1,8 +1,11 @@
 // gemma4 quantize: a checkpoint directory re-encoded as int8 or int4 (docs/checkpoint-formats.md),
-// loadable by Model::load with mmap only.
+// loadable by Model::load (or Assistant::load, for an assistant checkpoint) with mmap only.
 #include "../cli.hpp"
 
+#include <gemma4/model/assistant_checkpoint.hpp>
 #include <gemma4/model/quantize.hpp>
+
+#include <filesystem>
 
 #include <cstdio>
 #include <string>
@@ -26,15 +29,20 @@ int run(cli::Args& args) {
                      std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), done, total);
         if (done == total) std::fprintf(stderr, "\n");
     };
-    const Checkpoint ck = load_checkpoint_as(model_dir, load);
-    save_checkpoint(ck, out);
+    const auto config = std::filesystem::path(model_dir) / "config.json";
+    if (std::filesystem::is_directory(model_dir) && std::filesystem::exists(config) && is_assistant_config(config)) {
+        save_assistant_checkpoint(load_assistant_checkpoint(model_dir, load), out);
+    } else {
+        const Checkpoint ck = load_checkpoint_as(model_dir, load);
+        save_checkpoint(ck, out);
+    }
     std::fprintf(stderr, "wrote %s\n", out.c_str());
     return 0;
 }
 
 const cli::Command reg{"quantize", "write a checkpoint re-encoded as int8 or int4",
                        {
-                           {"model", "PATH", "checkpoint directory or .gguf file to read", cli::kRequired},
+                           {"model", "PATH", "checkpoint directory (a model or an assistant) or .gguf file to read", cli::kRequired},
                            {"weights", "int8|int4", "format to write", cli::kRequired},
                            {"out", "DIR", "directory to write", cli::kRequired},
                        },

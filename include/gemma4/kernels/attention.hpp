@@ -16,6 +16,7 @@
 #include <gemma4/kernels/isa/avx2.hpp>
 #include <gemma4/kernels/isa/avx512.hpp>
 #include <gemma4/kernels/simd.hpp>
+#include <gemma4/kernels/thread_pool.hpp>
 
 #include <xsimd/xsimd.hpp>
 
@@ -23,6 +24,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -247,6 +249,76 @@ void merge_spans(const T* partial, std::int64_t spans, std::int64_t stride, std:
     }
     const T inv = T(1) / l;
     for (std::int64_t i = 0; i < d; ++i) out[i] *= inv;
+}
+
+/// One query row of attend_cache: its sequence and the cached key positions [first, last] it
+/// sees (first > last: none).
+struct CachedQuery {
+    std::int32_t seq;
+    std::int64_t first, last;
+};
+
+/// Grouped-query attention of query rows over the cached K/V of one layer (spec node attn.core,
+/// scale 1): row t's `heads` heads at q + t · q_stride (head h at + h · d) read kv head
+/// h / (heads / kv_heads) of keys [first, last] of its sequence; the result of head h goes to
+/// out + t · out_stride + h · d. Work items are (row, kv head, span of keys): every cached row
+/// is read once for the query heads of its group, long contexts split over the pool's threads,
+/// and the spans of a row are merged in position order, so the result does not depend on the
+/// thread count or on the other rows. `cache` provides int8(), key/value(layer, seq, pos) → T*
+/// and key_int8/value_int8(layer, seq, pos) → {codes, scales}. Every row must see a key.
+template <class T, class Cache>
+void attend_cache(const Cache& cache, std::int64_t layer, std::span<const CachedQuery> rows, const T* q, std::int64_t q_stride,
+                  std::int64_t heads, std::int64_t kv_heads, std::int64_t d, T* out, std::int64_t out_stride, ThreadPool& pool) {
+    const auto n = static_cast<std::int64_t>(rows.size());
+    const std::int64_t hkv = kv_heads, group = heads / hkv, part_size = group * (d + 2);
+    struct Span {
+        std::int64_t t, g, j0, j1;
+    };
+    std::vector<Span> spans;
+    std::vector<std::int64_t> first(static_cast<std::size_t>(n * hkv + 1));  // per (t, g): its first span
+    for (std::int64_t t = 0; t < n; ++t) {
+        const std::int64_t lo = rows[static_cast<std::size_t>(t)].first, hi = rows[static_cast<std::size_t>(t)].last;
+        for (std::int64_t g = 0; g < hkv; ++g) {
+            first[static_cast<std::size_t>(t * hkv + g)] = static_cast<std::int64_t>(spans.size());
+            for (std::int64_t j0 = lo; j0 <= hi;) {
+                const std::int64_t j1 = std::min(hi, (j0 / kAttnSpan + 1) * kAttnSpan - 1);
+                spans.push_back({t, g, j0, j1});
+                j0 = j1 + 1;
+            }
+        }
+    }
+    first.back() = static_cast<std::int64_t>(spans.size());
+    std::vector<T> partial(spans.size() * static_cast<std::size_t>(part_size));
+    const bool int8 = cache.int8();
+    const Isa isa = active_isa();
+    pool.parallel_chunks(static_cast<std::int64_t>(spans.size()), [&](std::int64_t begin, std::int64_t end) {
+        thread_local std::vector<T> scores;
+        for (std::int64_t i = begin; i < end; ++i) {
+            const Span& sp = spans[static_cast<std::size_t>(i)];
+            const std::int32_t s = rows[static_cast<std::size_t>(sp.t)].seq;
+            const std::int64_t g = sp.g;
+            const std::size_t need = static_cast<std::size_t>(group * (sp.j1 - sp.j0 + 1));
+            if (scores.size() < need) scores.resize(need);
+            const T* qg = q + sp.t * q_stride + g * group * d;
+            T* part = partial.data() + i * part_size;
+            if (int8) {
+                auto row = [&, g](auto r) { return Int8HeadRow{r.codes + g * d, r.scales[g]}; };
+                attend_span(
+                    qg, group, d, sp.j0, sp.j1, [&](std::int64_t j) { return row(cache.key_int8(layer, s, j)); },
+                    [&](std::int64_t j) { return row(cache.value_int8(layer, s, j)); }, scores.data(), part, isa);
+            } else {
+                attend_span(
+                    qg, group, d, sp.j0, sp.j1, [&](std::int64_t j) { return cache.key(layer, s, j) + g * d; },
+                    [&](std::int64_t j) { return cache.value(layer, s, j) + g * d; }, scores.data(), part, isa);
+            }
+        }
+    }, 1);
+    for (std::int64_t t = 0; t < n; ++t)
+        for (std::int64_t g = 0; g < hkv; ++g) {
+            const std::int64_t f = first[static_cast<std::size_t>(t * hkv + g)], count = first[static_cast<std::size_t>(t * hkv + g + 1)] - f;
+            for (std::int64_t h = 0; h < group; ++h)
+                merge_spans(partial.data() + f * part_size + h * (d + 2), count, part_size, d, out + t * out_stride + (g * group + h) * d);
+        }
 }
 
 }  // namespace gemma4::kernels

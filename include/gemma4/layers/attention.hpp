@@ -110,60 +110,13 @@ public:
                             v + t * width);
 
         // attn.core — softmax(q·kᵀ · 1) · v over the visible keys (scale 1: the norms set it).
-        // Work items are (token, kv head, span of keys) (kernels/attention.hpp): every cached row
-        // is read once for the q heads of its group, and long contexts split over threads.
         std::vector<T> o(static_cast<std::size_t>(n * qd));
-        const std::int64_t hkv = geom_.num_kv_heads, group = geom_.num_heads / hkv, part_size = group * (d + 2);
-        struct Span {
-            std::int64_t t, g, j0, j1;
-        };
-        std::vector<Span> spans;
-        std::vector<std::int64_t> first(static_cast<std::size_t>(n * hkv + 1));  // per (t, g): its first span
-        for (std::int64_t t = 0; t < n; ++t) {
-            const std::int64_t lo = first_visible(ctx.tokens.pos[static_cast<std::size_t>(t)]), hi = last_visible(ctx.tokens, t);
-            for (std::int64_t g = 0; g < hkv; ++g) {
-                first[static_cast<std::size_t>(t * hkv + g)] = static_cast<std::int64_t>(spans.size());
-                for (std::int64_t j0 = lo; j0 <= hi;) {
-                    const std::int64_t j1 = std::min(hi, (j0 / kernels::kAttnSpan + 1) * kernels::kAttnSpan - 1);
-                    spans.push_back({t, g, j0, j1});
-                    j0 = j1 + 1;
-                }
-            }
-        }
-        first.back() = static_cast<std::int64_t>(spans.size());
-        std::vector<T> partial(spans.size() * static_cast<std::size_t>(part_size));
-        const bool int8 = ctx.cache.int8();
-        const Isa isa = active_isa();
-        ctx.pool.parallel_chunks(static_cast<std::int64_t>(spans.size()), [&](std::int64_t begin, std::int64_t end) {
-            thread_local std::vector<T> scores;
-            for (std::int64_t i = begin; i < end; ++i) {
-                const Span& sp = spans[static_cast<std::size_t>(i)];
-                const SeqId s = ctx.tokens.seq[static_cast<std::size_t>(sp.t)];
-                const std::int64_t g = sp.g;
-                const std::size_t need = static_cast<std::size_t>(group * (sp.j1 - sp.j0 + 1));
-                if (scores.size() < need) scores.resize(need);
-                const T* qg = q + sp.t * width + g * group * d;
-                T* part = partial.data() + i * part_size;
-                const KVCache<T>& cache = ctx.cache;
-                if (int8) {
-                    auto row = [&, g](KVInt8Row r) { return kernels::Int8HeadRow{r.codes + g * d, r.scales[g]}; };
-                    kernels::attend_span(
-                        qg, group, d, sp.j0, sp.j1, [&](std::int64_t j) { return row(cache.key_int8(L, s, j)); },
-                        [&](std::int64_t j) { return row(cache.value_int8(L, s, j)); }, scores.data(), part, isa);
-                } else {
-                    kernels::attend_span(
-                        qg, group, d, sp.j0, sp.j1, [&](std::int64_t j) { return cache.key(L, s, j) + g * d; },
-                        [&](std::int64_t j) { return cache.value(L, s, j) + g * d; }, scores.data(), part, isa);
-                }
-            }
-        }, 1);
+        std::vector<kernels::CachedQuery> rows(static_cast<std::size_t>(n));
         for (std::int64_t t = 0; t < n; ++t)
-            for (std::int64_t g = 0; g < hkv; ++g) {
-                const std::int64_t f = first[static_cast<std::size_t>(t * hkv + g)], count = first[static_cast<std::size_t>(t * hkv + g + 1)] - f;
-                for (std::int64_t h = 0; h < group; ++h)
-                    kernels::merge_spans(partial.data() + f * part_size + h * (d + 2), count, part_size, d,
-                                         o.data() + t * qd + (g * group + h) * d);
-            }
+            rows[static_cast<std::size_t>(t)] = {ctx.tokens.seq[static_cast<std::size_t>(t)],
+                                                 first_visible(ctx.tokens.pos[static_cast<std::size_t>(t)]), last_visible(ctx.tokens, t)};
+        const KVCache<T>& cache = ctx.cache;
+        kernels::attend_cache<T>(cache, L, rows, q, width, geom_.num_heads, geom_.num_kv_heads, d, o.data(), qd, ctx.pool);
         tap(obs, L, "attn.core", o.data(), n, qd, qd);
 
         // attn.o_proj

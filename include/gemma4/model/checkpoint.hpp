@@ -168,6 +168,48 @@ inline WeightView bind_quantized(const TensorStore& store, const std::string& na
     return v;
 }
 
+/// Binds every tensor of `table` from `store` as a view into its field: shapes and dtypes are
+/// checked, a quantized checkpoint's codes and scales bound together, a missing required tensor
+/// or a tensor of the store that the table does not name rejected (`layout` says what the table
+/// describes). Optional groups other than Text are bound only when `multimodal` is set.
+inline void bind_tensors(const TensorStore& store, const std::vector<TensorSpec>& table, bool multimodal, const std::string& layout) {
+    DType origin = DType::BF16;
+    const std::optional<DType> qformat = detail::stored_quant_format(store, origin);
+
+    std::set<std::string> known;
+    for (const TensorSpec& spec : table) {
+        const std::string* found = nullptr;
+        for (const auto& n : spec.names) {
+            known.insert(n);
+            if (!found && store.contains(n)) found = &n;
+        }
+        if (!found) {
+            if (spec.required)
+                throw ShapeError(store.directory().string() + ": missing tensor '" + spec.name() + "' (expected shape " +
+                                 shape_string(spec.shape) + ")");
+            continue;
+        }
+        if (qformat && store.contains(*found + "_scale")) {
+            known.insert(*found + "_scale");
+            WeightView v = detail::bind_quantized(store, *found, spec.shape, *qformat, origin);
+            if (spec.group == TensorGroup::Text || multimodal) *spec.field = std::move(v);
+            continue;
+        }
+        WeightView v = store.view(*found);
+        if (v.shape != spec.shape)
+            throw ShapeError(store.file_of(*found) + ": tensor '" + *found + "' has shape " + shape_string(v.shape) +
+                             ", config.json implies " + shape_string(spec.shape));
+        if (v.dtype == DType::I32 || v.dtype == DType::I8 || v.dtype == DType::U8)
+            throw ShapeError(store.file_of(*found) + ": tensor '" + *found + "' has dtype " + std::string(dtype_name(v.dtype)) +
+                             "; expected BF16, F16, F32 or F64");
+        if (spec.group == TensorGroup::Text || multimodal) *spec.field = std::move(v);
+    }
+    for (const auto& name : store.names())
+        if (!known.count(name))
+            throw ShapeError(store.file_of(name) + ": unexpected tensor '" + name +
+                             "' (not part of " + layout + ")");
+}
+
 }  // namespace detail
 
 /// A loaded checkpoint: config, weights as views, the store that owns the mappings.
@@ -192,41 +234,7 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& dir, LoadOptions 
     auto store = std::make_shared<TensorStore>(dir);
     ck.text_prefix = detect_text_prefix(*store);
     const auto table = tensor_table(ck.config, ck.text_prefix, ck.weights);
-    DType origin = DType::BF16;
-    const std::optional<DType> qformat = detail::stored_quant_format(*store, origin);
-
-    std::set<std::string> known;
-    for (const TensorSpec& spec : table) {
-        const std::string* found = nullptr;
-        for (const auto& n : spec.names) {
-            known.insert(n);
-            if (!found && store->contains(n)) found = &n;
-        }
-        if (!found) {
-            if (spec.required)
-                throw ShapeError(dir.string() + ": missing tensor '" + spec.name() + "' (expected shape " +
-                                 shape_string(spec.shape) + ")");
-            continue;
-        }
-        if (qformat && store->contains(*found + "_scale")) {
-            known.insert(*found + "_scale");
-            WeightView v = detail::bind_quantized(*store, *found, spec.shape, *qformat, origin);
-            if (spec.group == TensorGroup::Text || options.multimodal) *spec.field = std::move(v);
-            continue;
-        }
-        WeightView v = store->view(*found);
-        if (v.shape != spec.shape)
-            throw ShapeError(store->file_of(*found) + ": tensor '" + *found + "' has shape " + shape_string(v.shape) +
-                             ", config.json implies " + shape_string(spec.shape));
-        if (v.dtype == DType::I32 || v.dtype == DType::I8 || v.dtype == DType::U8)
-            throw ShapeError(store->file_of(*found) + ": tensor '" + *found + "' has dtype " + std::string(dtype_name(v.dtype)) +
-                             "; expected BF16, F16, F32 or F64");
-        if (spec.group == TensorGroup::Text || options.multimodal) *spec.field = std::move(v);
-    }
-    for (const auto& name : store->names())
-        if (!known.count(name))
-            throw ShapeError(store->file_of(name) + ": unexpected tensor '" + name +
-                             "' (not part of the Gemma 4 unified layout described by config.json)");
+    detail::bind_tensors(*store, table, options.multimodal, "the Gemma 4 unified layout described by config.json");
     ck.weights.storage = store;
     return ck;
 }

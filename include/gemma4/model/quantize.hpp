@@ -94,33 +94,37 @@ inline std::size_t matrix_bytes(ModelWeights& w) {
     return n;
 }
 
-/// Quantized matrices held as rows (a quantized checkpoint as mapped) re-laid as panels, the
-/// layout the kernels read (tensor/quant.hpp), on `pool`'s threads.
-inline void to_panels(ModelWeights& w, ThreadPool& pool) {
+/// Quantized matrices among `mats` held as rows (a quantized checkpoint as mapped) re-laid as
+/// panels, the layout the kernels read (tensor/quant.hpp), on `pool`'s threads; `storage` (the
+/// owner of the views) is replaced by one that also keeps the new panels.
+inline void matrices_to_panels(const std::vector<WeightView*>& mats, std::shared_ptr<const void>& storage, ThreadPool& pool) {
     std::shared_ptr<detail::OwnedBuffers> owned;
-    for (WeightView* v : big_matrices(w)) {
+    for (WeightView* v : mats) {
         if (!v->quantized() || v->layout == WeightView::Layout::Panels) continue;
         if (!owned) {
             owned = std::make_shared<detail::OwnedBuffers>();
-            owned->parent = w.storage;
+            owned->parent = storage;
         }
         const WeightView src = *v;
         detail::make_panels(*v, *owned, pool, [&](std::int64_t r, std::byte* codes, std::uint16_t* scales) { src.quant_row(r, codes, scales); });
     }
-    if (owned) w.storage = owned;
+    if (owned) storage = owned;
 }
 
+/// The big matrices of a model as panels (matrices_to_panels).
+inline void to_panels(ModelWeights& w, ThreadPool& pool) { matrices_to_panels(big_matrices(w), w.storage, pool); }
 
-/// Re-encodes the big matrices of `w` in `format` (no-op for AsStored or matrices already in
-/// it). Rows are converted in parallel; the double path can still read the result (it
-/// dequantizes rows exactly).
-inline void quantize_weights(ModelWeights& w, WeightFormat format, const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
+/// Re-encodes the matrices `mats` in `format` (no-op for AsStored or matrices already in it);
+/// `storage` (the owner of the views) is replaced by one that also keeps the new buffers. Rows
+/// are converted in parallel; the double path can still read the result (it dequantizes rows
+/// exactly).
+inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_ptr<const void>& storage, WeightFormat format,
+                              const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
     if (format == WeightFormat::AsStored) return;
     const DType target = format_dtype(format);
     auto owned = std::make_shared<detail::OwnedBuffers>();
-    owned->parent = w.storage;
+    owned->parent = storage;
     ThreadPool pool(n_threads);
-    const auto mats = big_matrices(w);
     for (std::size_t i = 0; i < mats.size(); ++i) {
         WeightView& v = *mats[i];
         if (v.dtype != target) {
@@ -158,7 +162,12 @@ inline void quantize_weights(ModelWeights& w, WeightFormat format, const Quantiz
         }
         if (progress) progress(i + 1, mats.size(), v.name);
     }
-    w.storage = owned;
+    storage = owned;
+}
+
+/// Re-encodes the big matrices of `w` in `format` (quantize_matrices).
+inline void quantize_weights(ModelWeights& w, WeightFormat format, const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
+    quantize_matrices(big_matrices(w), w.storage, format, progress, n_threads);
 }
 
 /// Weights of `c`'s text decoder with random values, generated directly in `format` (BF16,
@@ -257,22 +266,11 @@ inline Checkpoint load_checkpoint_as(const std::filesystem::path& dir, const Loa
     return ck;
 }
 
-/// Writes `ck` as a checkpoint directory: config.json (copied from the source directory when
-/// there is one) and one model.safetensors holding every tensor as it is in memory. Quantized
-/// matrices are stored as "<name>" (I8 codes for Q8, U8 packed nibbles for Q4) plus
-/// "<name>_scale" (F16), and `__metadata__` records the format (docs/checkpoint-formats.md),
-/// so that loading it again maps the file and converts nothing.
-inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& dir) {
-    std::filesystem::create_directories(dir);
-    const auto src_config = ck.directory.empty() ? std::filesystem::path() : ck.directory / "config.json";
-    if (!src_config.empty() && std::filesystem::exists(src_config)) {
-        if (std::filesystem::absolute(src_config) != std::filesystem::absolute(dir / "config.json"))
-            std::filesystem::copy_file(src_config, dir / "config.json", std::filesystem::copy_options::overwrite_existing);
-    } else {
-        std::ofstream(dir / "config.json") << config_to_json(ck.config).dump(2) << "\n";
-    }
-    ModelWeights w = ck.weights;  // the table binds pointers into a copy of the views
-    const auto table = tensor_table(ck.config, ck.text_prefix.empty() ? "model.language_model." : ck.text_prefix, w);
+/// Writes the tensors of `table` (the views its fields point to) as one .safetensors file: plain
+/// tensors as they are in memory, quantized matrices as "<name>" (I8 codes for Q8, U8 packed
+/// nibbles for Q4) plus "<name>_scale" (F16), with `__metadata__` recording the format
+/// (docs/checkpoint-formats.md), so that loading the file maps it and converts nothing.
+inline void save_tensors(const std::vector<TensorSpec>& table, const std::filesystem::path& file) {
     std::vector<TensorRef> refs;
     std::deque<std::vector<std::byte>> row_layout;  // stable addresses for refs
     std::map<std::string, std::string> meta{{"format", "pt"}};
@@ -281,7 +279,7 @@ inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& d
         const WeightView& v = *spec.field;
         if (!v) continue;
         if (v.quantized()) {
-            if (qtype && *qtype != v.dtype) throw InvalidArgument("save_checkpoint: matrices of mixed quantized formats");
+            if (qtype && *qtype != v.dtype) throw InvalidArgument("save_tensors: matrices of mixed quantized formats");
             qtype = v.dtype;
             meta["gemma4.origin_dtype"] = std::string(dtype_name(v.origin));
             // files hold the rows one after another
@@ -302,7 +300,24 @@ inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& d
         meta["gemma4.block_size"] = std::to_string(quant::kBlock);
         meta["gemma4.row_align"] = std::to_string(quant::kRowAlign);
     }
-    write_safetensors(dir / "model.safetensors", refs, meta);
+    write_safetensors(file, refs, meta);
+}
+
+/// Writes `ck` as a checkpoint directory: config.json (copied from the source directory when
+/// there is one) and one model.safetensors holding every tensor as it is in memory
+/// (save_tensors).
+inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& dir) {
+    std::filesystem::create_directories(dir);
+    const auto src_config = ck.directory.empty() ? std::filesystem::path() : ck.directory / "config.json";
+    if (!src_config.empty() && std::filesystem::exists(src_config)) {
+        if (std::filesystem::absolute(src_config) != std::filesystem::absolute(dir / "config.json"))
+            std::filesystem::copy_file(src_config, dir / "config.json", std::filesystem::copy_options::overwrite_existing);
+    } else {
+        std::ofstream(dir / "config.json") << config_to_json(ck.config).dump(2) << "\n";
+    }
+    ModelWeights w = ck.weights;  // the table binds pointers into a copy of the views
+    const auto table = tensor_table(ck.config, ck.text_prefix.empty() ? "model.language_model." : ck.text_prefix, w);
+    save_tensors(table, dir / "model.safetensors");
 }
 
 }  // namespace GEMMA4_ABI

@@ -8,12 +8,14 @@
 #include <gemma4/config.hpp>
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/safetensors_writer.hpp>
+#include <gemma4/model/assistant_checkpoint.hpp>
 #include <gemma4/model/tensor_table.hpp>
 #include <gemma4/tokenizer/tiny_tokenizer.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -161,6 +163,40 @@ inline void adopt_tiny_tokenizer(Gemma4Config& c, const TinyTokenizerInfo& t) {
     c.tokens.eoi = t.image_end;
     c.tokens.boa = t.audio_start;
     c.tokens.eoa = t.audio_end;
+}
+
+/// Writes an assistant checkpoint of `a` with random weights in the official layout (values as
+/// write_random_checkpoint draws them; `text_only_layout` does not apply).
+inline void write_random_assistant_checkpoint(const std::filesystem::path& dir, const AssistantConfig& a, RandomCheckpointOptions o = {}) {
+    if (o.shards < 1) throw InvalidArgument("write_random_assistant_checkpoint: shards must be >= 1");
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "config.json") << assistant_config_to_json(a).dump(2) << "\n";
+    AssistantWeights unused;
+    const auto table = assistant_tensor_table(a, unused);
+    detail::SplitMix64 rng{o.seed};
+    std::vector<std::vector<TensorBlob>> shards(static_cast<std::size_t>(o.shards));
+    for (std::size_t i = 0; i < table.size(); ++i) {
+        const TensorSpec& spec = table[i];
+        shards[i * shards.size() / table.size()].push_back(
+            TensorBlob{spec.name(), o.dtype, spec.shape, encode_values(detail::random_values(spec, rng), o.dtype)});
+    }
+    if (o.shards == 1) {
+        write_safetensors(dir / "model.safetensors", shards[0], {{"format", "pt"}});
+        return;
+    }
+    nlohmann::json index{{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+    std::size_t total = 0;
+    for (std::size_t s = 0; s < shards.size(); ++s) {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+        write_safetensors(dir / name, shards[s], {{"format", "pt"}});
+        for (const TensorBlob& b : shards[s]) {
+            index["weight_map"][b.name] = name;
+            total += b.bytes.size();
+        }
+    }
+    index["metadata"]["total_size"] = total;
+    std::ofstream(dir / "model.safetensors.index.json") << index.dump(2) << "\n";
 }
 
 }  // namespace GEMMA4_ABI
