@@ -6,6 +6,7 @@
 
 #include <gemma4/generate/drafter.hpp>
 #include <gemma4/generate/generation_config.hpp>
+#include <gemma4/generate/mtp_drafter.hpp>
 #include <gemma4/generate/session.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/tokenizer/gguf_tokenizer.hpp>
@@ -84,36 +85,57 @@ inline std::optional<Tokenizer> load_tokenizer_if_present(const std::filesystem:
 /// The options `read_speculative` reads.
 inline Options speculative_options() {
     return {
+        {"draft-model", "DIR", "speculative decoding with this MTP assistant checkpoint (gemma-4-*-assistant)"},
         {"lookup", "N", "speculative decoding by prompt lookup: draft what followed the latest earlier match of the last N ids or fewer"},
-        {"draft-max", "N", "ids drafted per step at most (default 3; needs --lookup)"},
+        {"draft-max", "N", "ids drafted per step at most (default 3; needs --draft-model or --lookup)"},
         {"draft-min", "N", "verify a draft only when it has at least N ids (default 0)"},
         {"draft-p-min", "P", "drafters with probabilities stop where their top-1 probability falls below P (default 0)"},
     };
 }
 
+/// What --draft-model / --lookup and the draft lengths ask for, checked before any model loads.
+struct SpeculativeArgs {
+    std::optional<std::filesystem::path> draft_model;
+    std::optional<std::int64_t> lookup;
+    SpeculativeOptions options;  ///< without the drafter
+};
+
 /// A drafter chosen on the command line and the options that use it.
 struct Speculation {
     std::unique_ptr<Drafter> drafter;
-    SpeculativeOptions options;
+    SpeculativeOptions options;  ///< options.drafter is `drafter` (null: plain decoding)
 };
 
-/// --lookup and the draft lengths; no drafter when none is asked for. The draft-length options
-/// without a drafter are errors, as are lengths out of range.
-inline Speculation read_speculative(Args& args) {
-    Speculation s;
-    const auto lookup = args.get("lookup");
+/// The draft-length options without a drafter are errors, as are lengths out of range.
+inline SpeculativeArgs read_speculative_args(Args& args) {
+    SpeculativeArgs s;
+    if (const auto m = args.get("draft-model")) s.draft_model = *m;
+    if (args.get("lookup")) s.lookup = args.number<std::int64_t>("lookup", 3);
+    if (s.lookup && s.draft_model) throw InvalidArgument(args.command() + ": give one drafter, --draft-model or --lookup");
     const bool lengths = args.get("draft-max") || args.get("draft-min") || args.get("draft-p-min");
     s.options.draft_max = args.number<std::int64_t>("draft-max", s.options.draft_max);
     s.options.draft_min = args.number<std::int64_t>("draft-min", s.options.draft_min);
     s.options.p_min = args.number<double>("draft-p-min", s.options.p_min);
     if (s.options.draft_max < 1) throw InvalidArgument(args.command() + ": --draft-max must be >= 1, got " + std::to_string(s.options.draft_max));
-    if (!lookup) {
-        if (lengths) throw InvalidArgument(args.command() + ": --draft-max, --draft-min and --draft-p-min need a drafter (--lookup)");
-        return s;
-    }
-    s.drafter = std::make_unique<PromptLookupDrafter>(args.number<std::int64_t>("lookup", 3));
+    if (s.options.draft_min < 0 || s.options.draft_min > s.options.draft_max)
+        throw InvalidArgument(args.command() + ": --draft-min must be in [0, --draft-max], got " + std::to_string(s.options.draft_min));
+    if (!(s.options.p_min >= 0 && s.options.p_min <= 1))
+        throw InvalidArgument(args.command() + ": --draft-p-min must be in [0, 1], got " + std::to_string(s.options.p_min));
+    if (s.lookup && *s.lookup < 1) throw InvalidArgument(args.command() + ": --lookup must be >= 1, got " + std::to_string(*s.lookup));
+    if (!s.lookup && !s.draft_model && lengths)
+        throw InvalidArgument(args.command() + ": --draft-max, --draft-min and --draft-p-min need a drafter (--draft-model or --lookup)");
+    return s;
+}
+
+/// The drafter for `target`: prompt lookup, or the assistant in `draft_model` (weights as stored).
+template <class T>
+Speculation make_speculation(const SpeculativeArgs& a, const Model<T>& target, unsigned threads) {
+    Speculation s;
+    s.options = a.options;
+    if (a.lookup) s.drafter = std::make_unique<PromptLookupDrafter>(*a.lookup);
+    else if (a.draft_model)
+        s.drafter = std::make_unique<MtpDrafter<T>>(std::make_shared<const Assistant<T>>(Assistant<T>::load(*a.draft_model, target, ModelOptions{threads})));
     s.options.drafter = s.drafter.get();
-    s.options.validate();
     return s;
 }
 

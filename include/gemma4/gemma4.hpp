@@ -9,10 +9,13 @@
 #include <gemma4/version.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/generate/chat.hpp>
+#include <gemma4/generate/drafter.hpp>
 #include <gemma4/generate/engine.hpp>
 #include <gemma4/generate/generation_config.hpp>
+#include <gemma4/generate/mtp_drafter.hpp>
 #include <gemma4/generate/sampler.hpp>
 #include <gemma4/generate/session.hpp>
+#include <gemma4/generate/speculative.hpp>
 #include <gemma4/generate/stop.hpp>
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/gguf.hpp>

@@ -111,14 +111,17 @@ TEST_CASE("demo writes its model once and generates", "[cli][demo]") {
     CHECK(run_cli("demo --out " + (dir / "d").string() + " --max-new-tokens 8").out == r.out);  // seeded: same text again
 }
 
-TEST_CASE("generate --lookup prints exactly the plain decode's ids, and checks the draft options", "[cli][generate][speculative]") {
+TEST_CASE("generate --lookup and --draft-model print exactly the plain decode's ids, and check the draft options", "[cli][generate][speculative]") {
     const auto dir = test::temp_dir("cli_generate_lookup");
     REQUIRE(run_cli("make-tiny --out " + (dir / "m").string() + " --seed 4").status == 0);
     const std::string base = "generate --model " + (dir / "m").string() +
                              " --prompt-ids 2,40,41,42,43,40,41,42,43,40,41,42,43 --max-new-tokens 24 --temperature 0 --print-ids";
     const auto plain = run_cli(base);
     REQUIRE(plain.status == 0);
-    for (const std::string spec : {" --lookup 3", " --lookup 2 --draft-max 6", " --lookup 1 --draft-max 2 --draft-min 2"}) {
+    REQUIRE(run_cli("make-tiny --assistant --target " + (dir / "m").string() + " --out " + (dir / "a").string()).status == 0);
+    const std::string mtp = " --draft-model " + (dir / "a").string();
+    for (const std::string& spec : std::vector<std::string>{" --lookup 3", " --lookup 2 --draft-max 6", " --lookup 1 --draft-max 2 --draft-min 2", mtp,
+                                   mtp + " --draft-max 5 --precision f64"}) {
         const auto r = run_cli(base + spec);
         INFO(spec << ": " << r.err);
         REQUIRE(r.status == 0);
@@ -134,6 +137,9 @@ TEST_CASE("generate --lookup prints exactly the plain decode's ids, and checks t
     const auto no_drafter = run_cli(base + " --draft-max 4");
     CHECK(no_drafter.status == 1);
     CHECK(no_drafter.err.find("need a drafter") != std::string::npos);
+    const auto both = run_cli(base + " --lookup 2" + mtp);
+    CHECK(both.status == 1);
+    CHECK(both.err.find("give one drafter") != std::string::npos);
     const auto lookup0 = run_cli(base + " --lookup 0");
     CHECK(lookup0.status == 1);
     CHECK(lookup0.err.find("--lookup") != std::string::npos);

@@ -4,6 +4,7 @@
 // output has the target's distribution (a chi-square test that also rejects a biased rule).
 #include <catch2/catch.hpp>
 
+#include <gemma4/generate/mtp_drafter.hpp>
 #include <gemma4/generate/session.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
 
@@ -16,7 +17,7 @@ using namespace gemma4;
 
 namespace {
 
-const Model<float>& speculative_model() {
+const std::filesystem::path& speculative_model_dir() {
     static const auto dir = [] {
         const auto d = test::temp_dir("speculative_model");
         Gemma4Config c = tiny_config();  // window 8: a 100-id sequence releases many sliding pages
@@ -24,8 +25,25 @@ const Model<float>& speculative_model() {
         write_random_checkpoint(d, c, {.seed = 7});
         return d;
     }();
-    static const Model<float> model = Model<float>::load(dir, ModelOptions{2});
+    return dir;
+}
+
+const Model<float>& speculative_model() {
+    static const Model<float> model = Model<float>::load(speculative_model_dir(), ModelOptions{2});
     return model;
+}
+
+/// A random MTP assistant for speculative_model(), loaded for T.
+template <class T>
+std::shared_ptr<const Assistant<T>> assistant_for(const Model<T>& target) {
+    static const auto dir = [] {
+        const auto d = test::temp_dir("speculative_assistant");
+        Gemma4Config c = tiny_config();
+        c.max_position_embeddings = 512;
+        write_random_assistant_checkpoint(d, assistant_config_for(c), {.seed = 8});
+        return d;
+    }();
+    return std::make_shared<const Assistant<T>>(Assistant<T>::load(dir, target, ModelOptions{2}));
 }
 
 /// A vocabulary of 32 ids, so that sampled ids fall into few enough classes to count.
@@ -82,6 +100,53 @@ TEST_CASE("greedy with prompt lookup equals plain greedy for draft lengths 1 to 
         accepted_somewhere += r.stats.accepted_tokens;
     }
     CHECK(accepted_somewhere > 0);  // verification kept drafts, not only rejected them
+}
+
+TEST_CASE("greedy with the MTP assistant equals plain greedy for draft lengths 1 to 8 (float and double, Int8 KV)", "[speculative][assistant]") {
+    const auto prompt = looping_prompt();
+    auto check = [&](const auto& model, KVCacheOptions kv) {
+        using T = typename std::decay_t<decltype(model)>::scalar_type;
+        MtpDrafter<T> mtp(assistant_for(model));
+        GenerateOptions plain{.max_new_tokens = 40, .sampling = {.temperature = 0.0}, .end_ids = {511}};
+        Session<T> s0(model, nullptr, kv);
+        const GenerationResult expected = s0.generate(std::span<const std::int32_t>(prompt), plain);
+        REQUIRE(expected.ids.size() == 40);
+        for (std::int64_t k = 1; k <= 8; ++k) {
+            GenerateOptions o = plain;
+            o.speculative = {.drafter = &mtp, .draft_max = k};
+            Session<T> s(model, nullptr, kv);
+            const GenerationResult r = s.generate(std::span<const std::int32_t>(prompt), o);
+            INFO("draft length " << k << ", " << r.stats.accepted_tokens << " of " << r.stats.drafted_tokens << " accepted");
+            CHECK(r.ids == expected.ids);
+            CHECK(r.stats.drafted_tokens > 0);
+            CHECK(s.cached_tokens() == s0.cached_tokens());
+        }
+        // p_min = 1: the assistant is never that sure, so nothing is drafted.
+        GenerateOptions o = plain;
+        o.speculative = {.drafter = &mtp, .draft_max = 4, .p_min = 1.0};
+        Session<T> s(model, nullptr, kv);
+        const GenerationResult r = s.generate(std::span<const std::int32_t>(prompt), o);
+        CHECK(r.ids == expected.ids);
+        CHECK(r.stats.drafted_tokens == 0);
+    };
+    check(speculative_model(), {});
+    check(speculative_model(), {.kv_dtype = KVDtype::Int8});
+    const Model<double> model64 = Model<double>::load(speculative_model_dir(), ModelOptions{2});
+    check(model64, {});
+}
+
+TEST_CASE("the MTP drafter needs the target state of its own scalar type", "[speculative][assistant]") {
+    MtpDrafter<float> mtp(assistant_for(speculative_model()));
+    const std::vector<std::int32_t> ids = {2, 40, 41};
+    std::vector<std::vector<std::int32_t>> drafts(1);
+    const DraftRequest no_target{ids, 2};
+    CHECK_THROWS_AS(mtp.draft(std::span<const DraftRequest>(&no_target, 1), drafts), InvalidArgument);
+    const Model<double> model64 = Model<double>::load(speculative_model_dir(), ModelOptions{1});
+    Session<double> session(model64);
+    GenerateOptions o{.max_new_tokens = 4, .sampling = {.temperature = 0.0}};
+    o.speculative = {.drafter = &mtp, .draft_max = 2};
+    CHECK_THROWS_WITH(session.generate(std::span<const std::int32_t>(ids), o), Catch::Contains("float target state"));
+    CHECK_THROWS_AS(MtpDrafter<float>(nullptr), InvalidArgument);
 }
 
 TEST_CASE("the oracle drafter's drafts are all accepted and the output is the plain decode", "[speculative]") {

@@ -15,12 +15,17 @@
 // replayed by the oracle drafter with each drafted id right with probability P; each (P, K) run
 // alternates with a plain run of the same length, and the table gives tokens/s, the speedup
 // over the plain run next to it, and what a verification step costs relative to a plain one.
+// --draft assistant: the published 12B MTP assistant's shapes with random weights in the
+// format of --weights (written to a scratch folder, then loaded): the time it takes per
+// drafted id, reading the prefilled target's cache, next to a decode step of the target.
 #include "../cli.hpp"
 #include "../probes.hpp"
 
 #include <gemma4/generate/session.hpp>
+#include <gemma4/model/assistant.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/quantize.hpp>
+#include <gemma4/model/random_checkpoint.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -183,7 +188,7 @@ int run(cli::Args& args) {
     std::vector<double> accepts;
     std::vector<std::int64_t> draft_lengths;
     if (draft) {
-        if (*draft != "oracle") throw InvalidArgument("bench: --draft must be oracle, got '" + *draft + "'");
+        if (*draft != "oracle" && *draft != "assistant") throw InvalidArgument("bench: --draft must be oracle or assistant, got '" + *draft + "'");
         accepts = parse_list<double>(args, "accept", accept_list.value_or("0.5,0.7,0.9"));
         draft_lengths = parse_list<std::int64_t>(args, "draft-max", draft_max_list.value_or("1,2,3,4,5,6"));
         for (const double p : accepts)
@@ -192,7 +197,7 @@ int run(cli::Args& args) {
             if (k < 1) throw InvalidArgument("bench: --draft-max values must be >= 1");
         if (batch_opt || context > 0) throw InvalidArgument("bench: --draft measures one sequence: no --batch or --context");
     } else if (accept_list || draft_max_list) {
-        throw InvalidArgument("bench: --accept and --draft-max need --draft oracle");
+        throw InvalidArgument("bench: --accept and --draft-max need --draft");
     }
     if (!random) throw InvalidArgument("bench: only --random-weights is supported (weights are generated in memory)");
     if (config_name != "gemma-4-12b") throw InvalidArgument("bench: --config must be gemma-4-12b, got '" + config_name + "'");
@@ -244,6 +249,7 @@ int run(cli::Args& args) {
         model.forward(std::span<const std::int32_t>(id, 2), warm, s, LogitsMode::Last);
     }
     double prefill_s = 0, prefill_flops = 0, fill_s = 0;
+    std::vector<float> last_hidden;  // the first sequence's final-normed state after its prompt
     if (context > 0) {
         say("filling the KV cache with " + std::to_string(context) + " random positions per sequence ...");
         t0 = Clock::now();
@@ -252,7 +258,10 @@ int run(cli::Args& args) {
     } else {
         say("prefill " + std::to_string(P) + " tokens ...");
         t0 = Clock::now();
-        for (std::int64_t b = 0; b < B; ++b) model.forward(prompts[static_cast<std::size_t>(b)], cache, seqs[static_cast<std::size_t>(b)], LogitsMode::Last);
+        for (std::int64_t b = 0; b < B; ++b) {
+            const Logits<float> l = model.forward(prompts[static_cast<std::size_t>(b)], cache, seqs[static_cast<std::size_t>(b)], LogitsMode::Last);
+            if (b == 0) last_hidden = l.hidden;
+        }
         prefill_s = seconds_since(t0);
         prefill_flops = static_cast<double>(B) * step_flops(c, P, 1, 0);
     }
@@ -278,8 +287,29 @@ int run(cli::Args& args) {
         }
     }
 
+    // The assistant drafts from the first sequence's state after its prompt (before decoding).
+    double assistant_s = 0;
+    std::int64_t assistant_ids = 0;
+    std::size_t assistant_bytes = 0;
+    if (draft == "assistant") {
+        const auto scratch = std::filesystem::temp_directory_path() / ("gemma4-bench-assistant-" + std::to_string(::getpid()));
+        say("writing a random 12B assistant to " + scratch.string() + " and loading it as " + weights + " ...");
+        write_random_assistant_checkpoint(scratch, gemma4_12b_assistant_config(), {.seed = 3});
+        const Assistant<float> assistant = Assistant<float>::load(scratch, model, ModelOptions{threads}, LoadOptions{.format = *format});
+        std::filesystem::remove_all(scratch);
+        AssistantWeights views = assistant.weights();  // views: a cheap copy
+        for (const WeightView* w : assistant_matrices(views)) assistant_bytes += w->size_bytes + w->scale_bytes();
+        const AssistantSeed<float> seed{seqs[0], 5, last_hidden};
+        assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), model, cache, 1, 0.0);  // warm-up
+        for (const std::int64_t k : draft_lengths) {
+            t0 = Clock::now();
+            assistant_ids += static_cast<std::int64_t>(assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), model, cache, k, 0.0)[0].size());
+            assistant_s += seconds_since(t0);
+        }
+    }
+
     std::vector<SpeculativeRun> speculative;
-    if (draft) {
+    if (draft == "oracle") {
         say("speculative decoding: " + std::to_string(accepts.size() * draft_lengths.size()) + " runs of " + std::to_string(G) +
             " ids, each next to a plain run ...");
         speculative = speculative_bench(model, prompts[0], G, accepts, draft_lengths);
@@ -335,6 +365,11 @@ int run(cli::Args& args) {
         j["context"] = context;
         j["kv_fill_s"] = fill_s;
     }
+    if (assistant_ids > 0) {
+        j["assistant_ms_per_draft_token"] = 1e3 * assistant_s / static_cast<double>(assistant_ids);
+        j["assistant_weight_bytes"] = assistant_bytes;
+        j["assistant_cost_per_decode_step"] = assistant_s / static_cast<double>(assistant_ids) / (decode_s / static_cast<double>(G));
+    }
     for (const SpeculativeRun& r : speculative)
         j["speculative"].push_back({{"accept", r.accept},
                                     {"draft_max", r.draft_max},
@@ -366,6 +401,10 @@ int run(cli::Args& args) {
     std::printf("KV cache  %8.3f GB in use (%s), %.1f ms per decode step%s\n", static_cast<double>(kv_bytes) / 1e9, kv.c_str(),
                 1e3 * decode_s / static_cast<double>(G), context > 0 ? (" at context " + std::to_string(context)).c_str() : "");
     std::printf("peak RSS  %8.2f GB\n", static_cast<double>(rss) / 1e9);
+    if (assistant_ids > 0)
+        std::printf("assistant %8.1f ms per drafted id (%lld ids; %.3f GB of weights) = %.2f of a decode step\n",
+                    1e3 * assistant_s / static_cast<double>(assistant_ids), static_cast<long long>(assistant_ids),
+                    static_cast<double>(assistant_bytes) / 1e9, assistant_s / static_cast<double>(assistant_ids) / (decode_s / static_cast<double>(G)));
     if (!speculative.empty()) {
         std::printf("speculative (oracle drafter, greedy, %lld ids per run; output checked equal to plain decoding):\n"
                     "  accept  draft  tok/s   plain tok/s  speedup  accepted  ids/step  step cost\n", static_cast<long long>(G));
@@ -388,7 +427,7 @@ const cli::Command reg{"bench", "prefill/decode speed with random weights at the
                            {"batch", "B", "sequences decoding together (default: 1)"},
                            {"context", "N", "skip the prefill; time decoding after N random cached positions"},
                            {"kv", "float|int8", "KV cache storage (default: float)"},
-                           {"draft", "oracle", "also time speculative decoding with a drafter accepted at the rates of --accept"},
+                           {"draft", "oracle|assistant", "oracle: time speculative decoding at the acceptance rates of --accept; assistant: time the 12B MTP assistant per drafted id"},
                            {"accept", "P[,P...]", "probabilities that a drafted id is right (default: 0.5,0.7,0.9)"},
                            {"draft-max", "K[,K...]", "draft lengths to time (default: 1,2,3,4,5,6)"},
                            {"bandwidth-mb", "MB", "buffer size of the read-bandwidth probe (default: 1536)"},

@@ -17,13 +17,14 @@ int run(cli::Args& args) {
     const bool think = args.flag("think");
     const auto session_file = args.get("session");
     const auto threads = args.number<unsigned>("threads", 0);
+    const cli::SpeculativeArgs draft_args = cli::read_speculative_args(args);
     const Model<float> model = Model<float>::load(dir, ModelOptions{threads});
     GenerateOptions options = cli::read_generate_options(args, dir, model.config());
-    const cli::Speculation speculation = cli::read_speculative(args);
-    options.speculative = speculation.options;
     // --image / --audio are taken in order by the <|image|> / <|audio|> placeholders of the turns.
     const cli::Media<float> media = cli::read_media_files<float>(args, model.config());
     args.finish();
+    const cli::Speculation speculation = cli::make_speculation(draft_args, model, threads);
+    options.speculative = speculation.options;
     std::size_t next_image = 0, next_audio = 0;
     const auto tokenizer = cli::load_tokenizer_if_present(dir);
     if (!tokenizer) throw IoError(cli::tokenizer_location(dir) + ": not found");

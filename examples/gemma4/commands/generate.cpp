@@ -14,12 +14,13 @@ using namespace gemma4;
 template <class T>
 int generate(cli::Args& args, const std::filesystem::path& dir, std::optional<std::string> prompt, std::optional<std::string> prompt_ids,
              bool print_ids, unsigned threads) {
+    const cli::SpeculativeArgs draft_args = cli::read_speculative_args(args);
     const Model<T> model = Model<T>::load(dir, ModelOptions{threads});
     GenerateOptions options = cli::read_generate_options(args, dir, model.config());
-    const cli::Speculation speculation = cli::read_speculative(args);
-    options.speculative = speculation.options;
     const cli::Media<T> media = cli::read_media_files<T>(args, model.config());
     args.finish();
+    const cli::Speculation speculation = cli::make_speculation(draft_args, model, threads);
+    options.speculative = speculation.options;
     std::optional<Tokenizer> tokenizer;
     if (prompt || !print_ids) tokenizer = cli::load_tokenizer_if_present(dir);
     if (prompt && !tokenizer) throw IoError(cli::tokenizer_location(dir) + ": not found (use --prompt-ids without a tokenizer)");

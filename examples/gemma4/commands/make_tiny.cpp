@@ -31,7 +31,7 @@ int make_tiny_assistant(cli::Args& args, const std::string& out, const std::file
     AssistantConfig a = assistant_config_for(t);
     RandomCheckpointOptions o;
     o.seed = args.number<std::uint64_t>("seed", 1);
-    o.dtype = parse_dtype(args.get("dtype").value_or("bf16"));
+    o.dtype = cmd_make_tiny::parse_dtype(args.get("dtype").value_or("bf16"));
     o.shards = args.number<int>("shards", 1);
     a.text.hidden_size = args.number<std::int64_t>("hidden-size", a.text.hidden_size);
     a.text.intermediate_size = args.number<std::int64_t>("intermediate-size", a.text.intermediate_size);

@@ -487,8 +487,7 @@ int run(cli::Args& args) {
     engine_options.max_queue = args.number<std::int32_t>("queue", engine_options.max_queue);
     const std::string weights = args.get("weights").value_or("as-stored");
     const auto threads = args.number<unsigned>("threads", 0);
-    const cli::Speculation speculation = cli::read_speculative(args);
-    config.speculative = speculation.options;
+    const cli::SpeculativeArgs draft_args = cli::read_speculative_args(args);
     args.finish();
     const auto format = parse_weight_format(weights);
     if (!format) throw InvalidArgument("serve: --weights must be int8, int4 or bf16, got '" + weights + "'");
@@ -526,6 +525,8 @@ int run(cli::Args& args) {
     std::string model_id = std::filesystem::weakly_canonical(dir).filename().string();
     if (model_id.empty()) model_id = "gemma4";
 
+    const cli::Speculation speculation = cli::make_speculation(draft_args, model, threads);
+    config.speculative = speculation.options;
     Engine<float> engine(model, &*tokenizer, engine_options);
     Api api(engine, *tokenizer, generation, model_id, config);
     httplib::Server http;
