@@ -33,20 +33,13 @@ void check_reply(std::string_view text, std::uint8_t sizes, bool tools) {
     const ParsedReply whole = parse_reply(text, tools);
     ReplyParser parser(tools);
     ParsedReply pieces;
-    auto take = [&](std::vector<ReplyEvent> events) {
-        for (auto& e : events) {
-            if (e.kind == ReplyEvent::Content) pieces.content += e.text;
-            else if (e.kind == ReplyEvent::Reasoning) pieces.reasoning += e.text;
-            else pieces.tool_calls.push_back(std::move(e.call));
-        }
-    };
     const std::size_t step[2] = {1u + (sizes & 7u), 1u + ((sizes >> 3) & 31u)};
     for (std::size_t pos = 0, k = 0; pos < text.size(); ++k) {
         const std::size_t n = std::min(step[k % 2], text.size() - pos);
-        take(parser.feed(text.substr(pos, n)));
+        pieces.add(parser.feed(text.substr(pos, n)));
         pos += n;
     }
-    take(parser.finish());
+    pieces.add(parser.finish());
     if (pieces.content != whole.content || pieces.reasoning != whole.reasoning) gemma4::fuzz::fail("streamed reply text differs from the whole");
     if (pieces.tool_calls.size() != whole.tool_calls.size()) gemma4::fuzz::fail("streamed reply has another number of tool calls");
     for (std::size_t i = 0; i < whole.tool_calls.size(); ++i) {

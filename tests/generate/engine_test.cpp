@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <gemma4/generate/engine.hpp>
+#include <gemma4/generate/mtp_drafter.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
 #include <gemma4/tokenizer/tiny_tokenizer.hpp>
 
@@ -579,6 +580,12 @@ TEST_CASE("speculating requests verify their drafts together in one step and equ
     std::vector<std::int32_t> replay = concat(prompts[0], expected[0].ids);
     OracleDrafter oracle(replay);
     spec[0].speculative = {.drafter = &oracle, .draft_max = 4};
+    // Two requests draft with an MTP assistant (reading the engine's cache and hidden states).
+    const auto assistant_dir = test::temp_dir("engine_assistant");
+    write_random_assistant_checkpoint(assistant_dir, assistant_config_for(model.config()), {.seed = 4});
+    MtpDrafter<float> mtp(std::make_shared<const Assistant<float>>(Assistant<float>::load(assistant_dir, model, ModelOptions{2})));
+    spec[4].speculative = {.drafter = &mtp, .draft_max = 3};
+    spec[5].speculative = {.drafter = &mtp, .draft_max = 5};
 
     StepLog log;
     Engine<float> engine(model, &fixture().tokenizer, {.max_sequences = 6, .step_tokens = 24, .on_step = log.hook()});

@@ -24,20 +24,13 @@ const std::string Q = "<|\"|>";
 ParsedReply parse_in_pieces(const std::string& text, const std::vector<std::size_t>& sizes, bool tools = true) {
     ReplyParser parser(tools);
     ParsedReply out;
-    auto take = [&](std::vector<ReplyEvent> events) {
-        for (auto& e : events) {
-            if (e.kind == ReplyEvent::Content) out.content += e.text;
-            else if (e.kind == ReplyEvent::Reasoning) out.reasoning += e.text;
-            else out.tool_calls.push_back(e.call);
-        }
-    };
     std::size_t pos = 0, k = 0;
     while (pos < text.size()) {
         const std::size_t n = std::min(sizes[k++ % sizes.size()], text.size() - pos);
-        take(parser.feed(std::string_view(text).substr(pos, n)));
+        out.add(parser.feed(std::string_view(text).substr(pos, n)));
         pos += n;
     }
-    take(parser.finish());
+    out.add(parser.finish());
     return out;
 }
 }  // namespace

@@ -164,20 +164,22 @@ private:
 struct ParsedReply {
     std::string content, reasoning;
     std::vector<ParsedToolCall> tool_calls;
+
+    /// Appends what a ReplyParser reported.
+    void add(std::vector<ReplyEvent> events) {
+        for (auto& e : events) {
+            if (e.kind == ReplyEvent::Content) content += e.text;
+            else if (e.kind == ReplyEvent::Reasoning) reasoning += e.text;
+            else tool_calls.push_back(std::move(e.call));
+        }
+    }
 };
 
 inline ParsedReply parse_reply(std::string_view text, bool parse_tools = true) {
     ReplyParser parser(parse_tools);
     ParsedReply out;
-    auto take = [&](std::vector<ReplyEvent> events) {
-        for (auto& e : events) {
-            if (e.kind == ReplyEvent::Content) out.content += e.text;
-            else if (e.kind == ReplyEvent::Reasoning) out.reasoning += e.text;
-            else out.tool_calls.push_back(std::move(e.call));
-        }
-    };
-    take(parser.feed(text));
-    take(parser.finish());
+    out.add(parser.feed(text));
+    out.add(parser.finish());
     return out;
 }
 

@@ -204,7 +204,7 @@ public:
 
         // lm_head: the tied embedding, without soft-cap (the assistant's logits are used for
         // argmax and confidence only).
-        Logits<T> out{n, c.vocab_size, std::vector<T>(static_cast<std::size_t>(n * c.vocab_size))};
+        Logits<T> out{n, c.vocab_size, std::vector<T>(static_cast<std::size_t>(n * c.vocab_size)), {}};
         linear<T>(ck_.weights.embed_tokens, {h.data(), H}, {out.values.data(), c.vocab_size}, n, *pool_);
         tap(obs, -1, "lm_head", out.values.data(), n, c.vocab_size, c.vocab_size);
 

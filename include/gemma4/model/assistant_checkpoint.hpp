@@ -170,7 +170,7 @@ inline std::vector<WeightView*> assistant_matrices(AssistantWeights& w) {
 /// the text model under "model.", the projections at the top level). Pointers refer to `w`.
 inline std::vector<TensorSpec> assistant_tensor_table(const AssistantConfig& a, AssistantWeights& w) {
     const Gemma4Config& c = a.text;
-    const std::int64_t H = c.hidden_size, I = c.intermediate_size, B = a.backbone_hidden_size;
+    const std::int64_t H = c.hidden_size, B = a.backbone_hidden_size;
     std::vector<TensorSpec> t;
     auto global = [&](std::string name, std::vector<std::int64_t> shape, WeightView* field) {
         t.push_back(TensorSpec{{std::move(name)}, std::move(shape), TensorGroup::Text, true, -1, field});
@@ -180,25 +180,8 @@ inline std::vector<TensorSpec> assistant_tensor_table(const AssistantConfig& a, 
     global("pre_projection.weight", {H, 2 * B}, &w.pre_projection);
     global("post_projection.weight", {B, H}, &w.post_projection);
     w.layers.resize(static_cast<std::size_t>(c.num_hidden_layers));
-    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-        const LayerGeometry g = c.layer(i);
-        const std::string p = "model.layers." + std::to_string(i) + ".";
-        LayerWeights& lw = w.layers[static_cast<std::size_t>(i)];
-        auto layer = [&](const std::string& suffix, std::vector<std::int64_t> shape, WeightView LayerWeights::*field) {
-            t.push_back(TensorSpec{{p + suffix}, std::move(shape), TensorGroup::Text, true, static_cast<int>(i), &(lw.*field)});
-        };
-        layer("input_layernorm.weight", {H}, &LayerWeights::input_layernorm);
-        layer("self_attn.q_proj.weight", {g.q_dim(), H}, &LayerWeights::q_proj);
-        layer("self_attn.q_norm.weight", {g.head_dim}, &LayerWeights::q_norm);
-        layer("self_attn.o_proj.weight", {H, g.q_dim()}, &LayerWeights::o_proj);
-        layer("post_attention_layernorm.weight", {H}, &LayerWeights::post_attention_layernorm);
-        layer("pre_feedforward_layernorm.weight", {H}, &LayerWeights::pre_feedforward_layernorm);
-        layer("mlp.gate_proj.weight", {I, H}, &LayerWeights::gate_proj);
-        layer("mlp.up_proj.weight", {I, H}, &LayerWeights::up_proj);
-        layer("mlp.down_proj.weight", {H, I}, &LayerWeights::down_proj);
-        layer("post_feedforward_layernorm.weight", {H}, &LayerWeights::post_feedforward_layernorm);
-        layer("layer_scalar", {1}, &LayerWeights::layer_scalar);
-    }
+    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i)
+        detail::add_layer_tensors(t, c, i, "model.layers." + std::to_string(i) + ".", w.layers[static_cast<std::size_t>(i)], false);
     return t;
 }
 
@@ -233,14 +216,7 @@ inline AssistantCheckpoint load_assistant_checkpoint(const std::filesystem::path
 /// (save_tensors: quantized matrices in the format of docs/checkpoint-formats.md, loaded back by
 /// mapping only).
 inline void save_assistant_checkpoint(const AssistantCheckpoint& ck, const std::filesystem::path& dir) {
-    std::filesystem::create_directories(dir);
-    const auto src_config = ck.directory.empty() ? std::filesystem::path() : ck.directory / "config.json";
-    if (!src_config.empty() && std::filesystem::exists(src_config)) {
-        if (std::filesystem::absolute(src_config) != std::filesystem::absolute(dir / "config.json"))
-            std::filesystem::copy_file(src_config, dir / "config.json", std::filesystem::copy_options::overwrite_existing);
-    } else {
-        std::ofstream(dir / "config.json") << assistant_config_to_json(ck.config).dump(2) << "\n";
-    }
+    detail::write_config_file(dir, ck.directory, [&] { return assistant_config_to_json(ck.config); });
     AssistantWeights w = ck.weights;  // the table binds pointers into a copy of the views
     save_tensors(assistant_tensor_table(ck.config, w), dir / "model.safetensors");
 }

@@ -303,18 +303,29 @@ inline void save_tensors(const std::vector<TensorSpec>& table, const std::filesy
     write_safetensors(file, refs, meta);
 }
 
-/// Writes `ck` as a checkpoint directory: config.json (copied from the source directory when
-/// there is one) and one model.safetensors holding every tensor as it is in memory
-/// (save_tensors).
-inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& dir) {
+namespace detail {
+
+/// Creates `dir` and its config.json: a copy of `source`'s when there is one (its fields as
+/// published), else `make_json()`.
+template <class MakeJson>
+void write_config_file(const std::filesystem::path& dir, const std::filesystem::path& source, MakeJson&& make_json) {
     std::filesystem::create_directories(dir);
-    const auto src_config = ck.directory.empty() ? std::filesystem::path() : ck.directory / "config.json";
+    const auto src_config = source.empty() ? std::filesystem::path() : source / "config.json";
     if (!src_config.empty() && std::filesystem::exists(src_config)) {
         if (std::filesystem::absolute(src_config) != std::filesystem::absolute(dir / "config.json"))
             std::filesystem::copy_file(src_config, dir / "config.json", std::filesystem::copy_options::overwrite_existing);
     } else {
-        std::ofstream(dir / "config.json") << config_to_json(ck.config).dump(2) << "\n";
+        std::ofstream(dir / "config.json") << make_json().dump(2) << "\n";
     }
+}
+
+}  // namespace detail
+
+/// Writes `ck` as a checkpoint directory: config.json (copied from the source directory when
+/// there is one) and one model.safetensors holding every tensor as it is in memory
+/// (save_tensors).
+inline void save_checkpoint(const Checkpoint& ck, const std::filesystem::path& dir) {
+    detail::write_config_file(dir, ck.directory, [&] { return config_to_json(ck.config); });
     ModelWeights w = ck.weights;  // the table binds pointers into a copy of the views
     const auto table = tensor_table(ck.config, ck.text_prefix.empty() ? "model.language_model." : ck.text_prefix, w);
     save_tensors(table, dir / "model.safetensors");

@@ -72,28 +72,14 @@ inline std::vector<double> random_values(const TensorSpec& spec, SplitMix64& rng
     return v;
 }
 
-}  // namespace detail
-
-inline void write_random_checkpoint(const std::filesystem::path& dir, Gemma4Config config, RandomCheckpointOptions o = {}) {
-    if (o.shards < 1) throw InvalidArgument("write_random_checkpoint: shards must be >= 1");
-    if (o.text_only_layout) config.has_vision = config.has_audio = false;
-    std::filesystem::create_directories(dir);
-    {
-        nlohmann::json j = config_to_json(config);
-        if (o.text_only_layout) {  // a plain text config, as saved by a text-only conversion
-            nlohmann::json t = j["text_config"];
-            t["architectures"] = {"Gemma4UnifiedForCausalLM"};
-            j = t;
-        }
-        std::ofstream(dir / "config.json") << j.dump(2) << "\n";
-    }
-    ModelWeights unused;
-    const auto table = tensor_table(config, o.text_only_layout ? "model." : "model.language_model.", unused);
-    detail::SplitMix64 rng{o.seed};
+/// The tensors of `table` with random values (random_values) in o.dtype, written as
+/// model.safetensors or as o.shards shards with their index.
+inline void write_random_tensors(const std::filesystem::path& dir, const std::vector<TensorSpec>& table, const RandomCheckpointOptions& o) {
+    SplitMix64 rng{o.seed};
     std::vector<std::vector<TensorBlob>> shards(static_cast<std::size_t>(o.shards));
     for (std::size_t i = 0; i < table.size(); ++i) {
         const TensorSpec& spec = table[i];
-        TensorBlob blob{spec.name(), o.dtype, spec.shape, encode_values(detail::random_values(spec, rng), o.dtype)};
+        TensorBlob blob{spec.name(), o.dtype, spec.shape, encode_values(random_values(spec, rng), o.dtype)};
         shards[i * shards.size() / table.size()].push_back(std::move(blob));
     }
     if (o.shards == 1) {
@@ -113,6 +99,25 @@ inline void write_random_checkpoint(const std::filesystem::path& dir, Gemma4Conf
     }
     index["metadata"]["total_size"] = total;
     std::ofstream(dir / "model.safetensors.index.json") << index.dump(2) << "\n";
+}
+
+}  // namespace detail
+
+inline void write_random_checkpoint(const std::filesystem::path& dir, Gemma4Config config, RandomCheckpointOptions o = {}) {
+    if (o.shards < 1) throw InvalidArgument("write_random_checkpoint: shards must be >= 1");
+    if (o.text_only_layout) config.has_vision = config.has_audio = false;
+    std::filesystem::create_directories(dir);
+    {
+        nlohmann::json j = config_to_json(config);
+        if (o.text_only_layout) {  // a plain text config, as saved by a text-only conversion
+            nlohmann::json t = j["text_config"];
+            t["architectures"] = {"Gemma4UnifiedForCausalLM"};
+            j = t;
+        }
+        std::ofstream(dir / "config.json") << j.dump(2) << "\n";
+    }
+    ModelWeights unused;
+    detail::write_random_tensors(dir, tensor_table(config, o.text_only_layout ? "model." : "model.language_model.", unused), o);
 }
 
 /// A small configuration with the 12B's structure (both layer kinds, k_eq_v, proportional RoPE,
@@ -172,31 +177,7 @@ inline void write_random_assistant_checkpoint(const std::filesystem::path& dir, 
     std::filesystem::create_directories(dir);
     std::ofstream(dir / "config.json") << assistant_config_to_json(a).dump(2) << "\n";
     AssistantWeights unused;
-    const auto table = assistant_tensor_table(a, unused);
-    detail::SplitMix64 rng{o.seed};
-    std::vector<std::vector<TensorBlob>> shards(static_cast<std::size_t>(o.shards));
-    for (std::size_t i = 0; i < table.size(); ++i) {
-        const TensorSpec& spec = table[i];
-        shards[i * shards.size() / table.size()].push_back(
-            TensorBlob{spec.name(), o.dtype, spec.shape, encode_values(detail::random_values(spec, rng), o.dtype)});
-    }
-    if (o.shards == 1) {
-        write_safetensors(dir / "model.safetensors", shards[0], {{"format", "pt"}});
-        return;
-    }
-    nlohmann::json index{{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
-    std::size_t total = 0;
-    for (std::size_t s = 0; s < shards.size(); ++s) {
-        char name[64];
-        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-        write_safetensors(dir / name, shards[s], {{"format", "pt"}});
-        for (const TensorBlob& b : shards[s]) {
-            index["weight_map"][b.name] = name;
-            total += b.bytes.size();
-        }
-    }
-    index["metadata"]["total_size"] = total;
-    std::ofstream(dir / "model.safetensors.index.json") << index.dump(2) << "\n";
+    detail::write_random_tensors(dir, assistant_tensor_table(a, unused), o);
 }
 
 }  // namespace GEMMA4_ABI

@@ -28,11 +28,43 @@ struct TensorSpec {
     const std::string& name() const { return names.front(); }
 };
 
+namespace detail {
+
+/// The tensors of decoder layer i of `c` under `prefix` ("….layers.i."), bound to `lw`: those
+/// of a target layer, or with `with_kv` false those of an assistant layer (q-only attention:
+/// no k/v projections, no k_norm).
+inline void add_layer_tensors(std::vector<TensorSpec>& t, const Gemma4Config& c, std::int64_t i, const std::string& prefix, LayerWeights& lw,
+                              bool with_kv) {
+    const LayerGeometry g = c.layer(i);
+    const std::int64_t H = c.hidden_size, I = c.intermediate_size;
+    auto layer = [&](const std::string& suffix, std::vector<std::int64_t> shape, WeightView LayerWeights::*field) {
+        t.push_back(TensorSpec{{prefix + suffix}, std::move(shape), TensorGroup::Text, true, static_cast<int>(i), &(lw.*field)});
+    };
+    layer("input_layernorm.weight", {H}, &LayerWeights::input_layernorm);
+    layer("self_attn.q_proj.weight", {g.q_dim(), H}, &LayerWeights::q_proj);
+    if (with_kv) {
+        layer("self_attn.k_proj.weight", {g.kv_dim(), H}, &LayerWeights::k_proj);
+        if (g.has_v_proj) layer("self_attn.v_proj.weight", {g.kv_dim(), H}, &LayerWeights::v_proj);
+    }
+    layer("self_attn.q_norm.weight", {g.head_dim}, &LayerWeights::q_norm);
+    if (with_kv) layer("self_attn.k_norm.weight", {g.head_dim}, &LayerWeights::k_norm);
+    layer("self_attn.o_proj.weight", {H, g.q_dim()}, &LayerWeights::o_proj);
+    layer("post_attention_layernorm.weight", {H}, &LayerWeights::post_attention_layernorm);
+    layer("pre_feedforward_layernorm.weight", {H}, &LayerWeights::pre_feedforward_layernorm);
+    layer("mlp.gate_proj.weight", {I, H}, &LayerWeights::gate_proj);
+    layer("mlp.up_proj.weight", {I, H}, &LayerWeights::up_proj);
+    layer("mlp.down_proj.weight", {H, I}, &LayerWeights::down_proj);
+    layer("post_feedforward_layernorm.weight", {H}, &LayerWeights::post_feedforward_layernorm);
+    layer("layer_scalar", {1}, &LayerWeights::layer_scalar);
+}
+
+}  // namespace detail
+
 /// Every tensor a checkpoint of `c` may hold. `text_prefix` is "model.language_model." for the
 /// unified layout or "model." for a text-only checkpoint. Pointers in the result refer to `w`.
 inline std::vector<TensorSpec> tensor_table(const Gemma4Config& c, const std::string& text_prefix, ModelWeights& w) {
     std::vector<TensorSpec> t;
-    const std::int64_t H = c.hidden_size, I = c.intermediate_size;
+    const std::int64_t H = c.hidden_size;
     auto global = [&](std::string name, std::vector<std::int64_t> shape, WeightView* field) {
         t.push_back(TensorSpec{{std::move(name)}, std::move(shape), TensorGroup::Text, true, -1, field});
     };
@@ -40,28 +72,8 @@ inline std::vector<TensorSpec> tensor_table(const Gemma4Config& c, const std::st
     global(text_prefix + "norm.weight", {H}, &w.norm);
 
     w.layers.resize(static_cast<std::size_t>(c.num_hidden_layers));
-    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-        const LayerGeometry g = c.layer(i);
-        const std::string p = text_prefix + "layers." + std::to_string(i) + ".";
-        LayerWeights& lw = w.layers[static_cast<std::size_t>(i)];
-        auto layer = [&](const std::string& suffix, std::vector<std::int64_t> shape, WeightView LayerWeights::*field) {
-            t.push_back(TensorSpec{{p + suffix}, std::move(shape), TensorGroup::Text, true, static_cast<int>(i), &(lw.*field)});
-        };
-        layer("input_layernorm.weight", {H}, &LayerWeights::input_layernorm);
-        layer("self_attn.q_proj.weight", {g.q_dim(), H}, &LayerWeights::q_proj);
-        layer("self_attn.k_proj.weight", {g.kv_dim(), H}, &LayerWeights::k_proj);
-        if (g.has_v_proj) layer("self_attn.v_proj.weight", {g.kv_dim(), H}, &LayerWeights::v_proj);
-        layer("self_attn.q_norm.weight", {g.head_dim}, &LayerWeights::q_norm);
-        layer("self_attn.k_norm.weight", {g.head_dim}, &LayerWeights::k_norm);
-        layer("self_attn.o_proj.weight", {H, g.q_dim()}, &LayerWeights::o_proj);
-        layer("post_attention_layernorm.weight", {H}, &LayerWeights::post_attention_layernorm);
-        layer("pre_feedforward_layernorm.weight", {H}, &LayerWeights::pre_feedforward_layernorm);
-        layer("mlp.gate_proj.weight", {I, H}, &LayerWeights::gate_proj);
-        layer("mlp.up_proj.weight", {I, H}, &LayerWeights::up_proj);
-        layer("mlp.down_proj.weight", {H, I}, &LayerWeights::down_proj);
-        layer("post_feedforward_layernorm.weight", {H}, &LayerWeights::post_feedforward_layernorm);
-        layer("layer_scalar", {1}, &LayerWeights::layer_scalar);
-    }
+    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i)
+        detail::add_layer_tensors(t, c, i, text_prefix + "layers." + std::to_string(i) + ".", w.layers[static_cast<std::size_t>(i)], true);
 
     // Multimodal embedders: never required by a text-only run (decision 8); both name layouts.
     auto mm = [&](TensorGroup group, std::vector<std::string> names, std::vector<std::int64_t> shape, WeightView* field) {
