@@ -384,3 +384,38 @@ TEST_CASE("serve --model FILE.gguf: the model and its tokenizer from one GGUF fi
     const gemma4::Tokenizer file_tokenizer = gemma4::tokenizer_from_gguf(gemma4::GgufFile(gguf));
     CHECK(t["tokens"].get<std::vector<std::int32_t>>() == file_tokenizer.encode("the cat", false));
 }
+
+TEST_CASE("serve --lookup and --draft-model: the same replies as plain serving, drafts counted in /metrics", "[server][e2e][speculative]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    const auto assistant = temp_dir("serve_assistant") / "assistant";
+    REQUIRE(run_cli("make-tiny --assistant --target " + tiny_model().string() + " --out " + assistant.string()).status == 0);
+    // A repetitive prompt, so that prompt lookup finds matches.
+    const json body = chat_body("one two three one two three one two three one two three", 24);
+    std::string expected;
+    {
+        ServerProcess plain({}, "plain");
+        const auto r = http(plain.port(), "POST", "/v1/chat/completions", body.dump());
+        REQUIRE(r.status == 200);
+        expected = r.body;
+    }
+    const auto content = [](const std::string& b) { return json::parse(b)["choices"][0]["message"]; };
+    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{"--lookup", "3", "--draft-max", "4"},
+                                                                                      {"--draft-model", assistant.string(), "--draft-max", "3"}}) {
+        ServerProcess server(args, "speculative");
+        INFO(args[0] << ": " << server.log());
+        const auto r = http(server.port(), "POST", "/v1/chat/completions", body.dump());
+        REQUIRE(r.status == 200);
+        CHECK(content(r.body) == content(expected));
+        CHECK(json::parse(r.body)["usage"] == json::parse(expected)["usage"]);
+        const std::string metrics = http(server.port(), "GET", "/metrics").body;
+        std::smatch m;
+        REQUIRE(std::regex_search(metrics, m, std::regex("gemma4_draft_tokens_total ([0-9]+)")));
+        CHECK(std::stoll(m[1]) > 0);
+    }
+    // Bad draft options stop the server before it listens.
+    const auto bad = run_cli("serve --model " + tiny_model().string() + " --port 0 --lookup 2 --draft-max 0");
+    CHECK(bad.status == 1);
+    CHECK(bad.err.find("--draft-max must be >= 1") != std::string::npos);
+}

@@ -451,6 +451,8 @@ private:
         metric("prefix_cache_pages", "gauge", "KV pages held by the prefix cache alone.", s.prefix_cache_pages);
         metric("kv_bytes_reserved", "gauge", "KV bytes reserved by running requests and the prefix cache.", s.kv_bytes_reserved);
         metric("engine_steps_total", "counter", "Forward steps run.", s.steps);
+        metric("draft_tokens_total", "counter", "Drafted tokens verified (--draft-model, --lookup).", s.drafted_tokens);
+        metric("draft_tokens_accepted_total", "counter", "Drafted tokens the model sampled too.", s.accepted_tokens);
         metric("http_streams_open", "gauge", "Streaming responses being written.", open_streams_.load());
         out += "# HELP gemma4_http_responses_total HTTP responses by status.\n# TYPE gemma4_http_responses_total counter\n";
         std::lock_guard lock(metrics_mutex_);
