@@ -553,7 +553,7 @@ private:
         std::vector<Chunk> plan;
         std::int64_t decode = 0, prefill = 0;
         std::vector<std::pair<Job*, std::exception_ptr>> failed;
-        const std::int64_t drafted = draft(failed);
+        const auto [drafted, drafting] = draft(failed);
         for (auto& [job, error] : failed) {
             finish(*job, FinishReason::Cancelled, error);
             active_.erase(std::find_if(active_.begin(), active_.end(), [job = job](const auto& j) { return j.get() == job; }));
@@ -697,7 +697,7 @@ private:
         publish();
         if (options_.on_step) {
             try {
-                options_.on_step(EngineStepInfo{decode, drafted, drafting_, prefill, static_cast<std::int32_t>(plan.size())});
+                options_.on_step(EngineStepInfo{decode, drafted, drafting, prefill, static_cast<std::int32_t>(plan.size())});
             } catch (...) {
             }
         }
@@ -705,8 +705,9 @@ private:
 
     /// Drafts for every decoding job that speculates, one drafter call for all the jobs that
     /// share a drafter; fills each decoding job's `feed` (pending, then its drafts). Returns the
-    /// number of drafted ids; the jobs whose drafter threw go to `failed`.
-    std::int64_t draft(std::vector<std::pair<Job*, std::exception_ptr>>& failed) {
+    /// number of drafted ids and of sequences with drafts; the jobs whose drafter threw go to
+    /// `failed`.
+    std::pair<std::int64_t, std::int32_t> draft(std::vector<std::pair<Job*, std::exception_ptr>>& failed) {
         std::map<Drafter*, std::vector<Job*>> by_drafter;
         for (auto& job : active_) {
             if (job->pending < 0) continue;
@@ -715,15 +716,14 @@ private:
             if (so.enabled()) by_drafter[so.drafter].push_back(job.get());
         }
         std::int64_t drafted = 0;
-        drafting_ = 0;
+        std::int32_t drafting = 0;
         for (auto& [drafter, jobs] : by_drafter) {
             std::vector<Job*> group;
             std::vector<DraftRequest> requests;
             for (Job* job : jobs) {
                 const SpeculativeOptions& so = job->request.options.speculative;
-                // Drafts never outrun max_new_tokens or the context (k drafts emit up to k + 1 ids).
-                const std::int64_t budget = std::min({so.draft_max, job->request.options.max_new_tokens - job->result.stats.generated_tokens - 1,
-                                                      context_ - cache_.length(job->seq) - 1});
+                const std::int64_t budget = detail::draft_budget(so, job->request.options.max_new_tokens - job->result.stats.generated_tokens,
+                                                                 context_ - cache_.length(job->seq));
                 if (budget < 1) continue;
                 group.push_back(job);
                 requests.push_back({job->history, budget, so.p_min, DraftTarget<T>{model_, &cache_, job->seq, job->hidden}});
@@ -742,10 +742,10 @@ private:
                 group[g]->feed.insert(group[g]->feed.end(), drafts[g].begin(), drafts[g].end());
                 group[g]->result.stats.drafted_tokens += static_cast<std::int64_t>(drafts[g].size());
                 drafted += static_cast<std::int64_t>(drafts[g].size());
-                drafting_ += !drafts[g].empty();
+                drafting += !drafts[g].empty();
             }
         }
-        return drafted;
+        return {drafted, drafting};
     }
 
     /// Samples `job`'s rows of the step from `first_row` on, as Session::generate does: the row
@@ -810,11 +810,7 @@ private:
         }
         r.text += piece;
         const bool keep_going = !o.on_token || o.on_token(id, piece);
-        if (stopped_by_string) return FinishReason::StopString;
-        if (o.end_ids.empty() ? model_->config().tokens.is_eos(id) : std::find(o.end_ids.begin(), o.end_ids.end(), id) != o.end_ids.end())
-            return FinishReason::EndToken;
-        if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) return FinishReason::StopId;
-        if (!keep_going) return FinishReason::Cancelled;
+        if (const auto finish = detail::finish_after(id, o, model_->config().tokens, stopped_by_string, keep_going)) return finish;
         if (length + 1 > context_) return FinishReason::ContextFull;
         if (r.stats.generated_tokens >= o.max_new_tokens) return FinishReason::MaxTokens;
         job.pending = id;
@@ -952,7 +948,6 @@ private:
     std::size_t reserved_ = 0;
     std::int32_t running_ = 0;  // admitted, not finished
     bool prefix_pages_dirty_ = false;
-    std::int32_t drafting_ = 0;  // sequences with drafts in the current step
     std::int64_t prefix_cache_pages_ = 0;
     std::vector<float> row_;
 

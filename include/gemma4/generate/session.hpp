@@ -86,6 +86,23 @@ struct GenerateOptions {
     SpeculativeOptions speculative{};
 };
 
+namespace detail {
+
+/// Whether generation ends at the sampled id `id`, and why, in the order Session and Engine
+/// both check: a stop string in its text, an end id (options.end_ids, else the model's eos
+/// ids), a stop id, then a callback that asked to stop.
+inline std::optional<FinishReason> finish_after(std::int32_t id, const GenerateOptions& options, const TokenIds& tokens,
+                                                bool stopped_by_string, bool keep_going) {
+    const auto& ends = options.end_ids;
+    if (stopped_by_string) return FinishReason::StopString;
+    if (ends.empty() ? tokens.is_eos(id) : std::find(ends.begin(), ends.end(), id) != ends.end()) return FinishReason::EndToken;
+    if (std::find(options.stop_ids.begin(), options.stop_ids.end(), id) != options.stop_ids.end()) return FinishReason::StopId;
+    if (!keep_going) return FinishReason::Cancelled;
+    return std::nullopt;
+}
+
+}  // namespace detail
+
 template <class T>
 class ChatSession;
 
@@ -223,10 +240,9 @@ public:
                 result.finish = FinishReason::MaxTokens;
                 break;
             }
-            // Draft no more ids than could be emitted or fit in the context: k drafts emit up to k + 1.
             drafts.clear();
-            const std::int64_t budget = std::min({spec.draft_max, options.max_new_tokens - result.stats.generated_tokens - 1,
-                                                  limit - cache_.length(seq_) - 1});
+            const std::int64_t budget =
+                detail::draft_budget(spec, options.max_new_tokens - result.stats.generated_tokens, limit - cache_.length(seq_));
             if (spec.enabled() && budget >= 1) {
                 DraftRequest request{history_, budget, spec.p_min, DraftTarget<T>{model_, &cache_, seq_, logits.hidden_row(rows_used - 1)}};
                 spec.drafter->draft(std::span<const DraftRequest>(&request, 1), std::span<std::vector<std::int32_t>>(&drafts, 1));
@@ -317,14 +333,9 @@ private:
         }
         result.text += piece;
         const bool keep_going = !options.on_token || options.on_token(id, piece);
-        const auto& ends = options.end_ids;
-        const bool end = ends.empty() ? model_->config().tokens.is_eos(id) : std::find(ends.begin(), ends.end(), id) != ends.end();
-        if (stopped_by_string) result.finish = FinishReason::StopString;
-        else if (end) result.finish = FinishReason::EndToken;
-        else if (std::find(options.stop_ids.begin(), options.stop_ids.end(), id) != options.stop_ids.end()) result.finish = FinishReason::StopId;
-        else if (!keep_going) result.finish = FinishReason::Cancelled;
-        else return false;
-        return true;
+        const auto finish = detail::finish_after(id, options, model_->config().tokens, stopped_by_string, keep_going);
+        if (finish) result.finish = *finish;
+        return finish.has_value();
     }
 
     void write_file(const std::filesystem::path& path, const ChatState* chat) const {

@@ -51,6 +51,13 @@ struct SpeculativeOptions {
 
 namespace detail {
 
+/// How many ids a step may draft: at most draft_max, and no more than could be emitted (k drafts
+/// emit up to k + 1 of the `ids_left` ids max_new_tokens allows) or written (k + 1 of the
+/// `positions_left` positions the context has left).
+inline std::int64_t draft_budget(const SpeculativeOptions& options, std::int64_t ids_left, std::int64_t positions_left) {
+    return std::min({options.draft_max, ids_left - 1, positions_left - 1});
+}
+
 /// The ids of a draft the target can verify: at most `budget` of them, cut before the first
 /// image/audio placeholder (it stands for a soft token that a draft cannot supply, and is never
 /// sampled); none at all when fewer than draft_min remain. An id outside the vocabulary is a
