@@ -26,6 +26,7 @@ struct RopeParameters {
     RopeType rope_type = RopeType::Default;
     double rope_theta = 10000.0;
     double partial_rotary_factor = 1.0;  ///< used by the proportional type only
+    constexpr bool operator==(const RopeParameters&) const = default;
 };
 
 /// Image embedder hyper-parameters (`vision_config`).
@@ -86,6 +87,9 @@ struct LayerGeometry {
     constexpr std::int64_t kv_dim() const { return num_kv_heads * head_dim; }
     /// Width of the spec's fused `attn.qkv_proj` output: q | k | v (no v without v_proj).
     constexpr std::int64_t qkv_dim() const { return q_dim() + kv_dim() * (has_v_proj ? 2 : 1); }
+    /// Query heads per key/value head.
+    constexpr std::int64_t group() const { return num_heads / num_kv_heads; }
+    constexpr bool operator==(const LayerGeometry&) const = default;
 };
 
 /// Hyper-parameters of a Gemma 4 unified model. Sizes are data, not template parameters, so
@@ -132,8 +136,10 @@ struct Gemma4Config {
         return layer_types[static_cast<std::size_t>(i)];
     }
 
-    constexpr LayerGeometry layer(std::int64_t i) const {
-        const AttentionKind kind = layer_kind(i);
+    constexpr LayerGeometry layer(std::int64_t i) const { return geometry(layer_kind(i)); }
+
+    /// The geometry every layer of one kind shares.
+    constexpr LayerGeometry geometry(AttentionKind kind) const {
         if (kind == AttentionKind::Sliding) {
             return LayerGeometry{kind, head_dim, num_attention_heads, num_key_value_heads, true,
                                  rope_sliding, rope_pairs(rope_sliding, head_dim), sliding_window};
@@ -215,6 +221,25 @@ constexpr std::int64_t audio_parameter_count(const Gemma4Config& c) {
 constexpr std::int64_t parameter_count(const Gemma4Config& c) {
     return text_parameter_count(c) + (c.has_vision ? vision_parameter_count(c) : 0) +
            (c.has_audio ? audio_parameter_count(c) : 0);
+}
+
+/// The default configuration parameter of the model types (Model<T>, Attention<Kind, T>): no
+/// configuration is fixed at compile time, every size is read from config.json at load. A model
+/// type given a constexpr configuration instead (Model<float, kGemma4_12B>) has that
+/// configuration's head dims, head groups and window as compile-time constants in its attention
+/// kernels, and loads only checkpoints whose config.json equals it.
+inline constexpr Gemma4Config kConfigFromCheckpoint{};
+
+/// Whether a model type's configuration parameter fixes the configuration at compile time.
+template <const Gemma4Config& C>
+inline constexpr bool is_fixed_config = &C != &kConfigFromCheckpoint;
+
+/// `c` with its first n layers (Gemma 4's layer pattern): e.g. a fixed-configuration model type
+/// of the 12B's shapes with fewer layers, for benchmarks.
+constexpr Gemma4Config with_layers(Gemma4Config c, std::int64_t n) {
+    c.num_hidden_layers = n;
+    c.layer_types = Gemma4Config::default_layer_types(n);
+    return c;
 }
 
 static_assert(text_parameter_count(kGemma4_12B) == 11'907'350'320);

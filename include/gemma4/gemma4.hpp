@@ -29,6 +29,7 @@
 #include <gemma4/layers/mlp.hpp>
 #include <gemma4/layers/observer.hpp>
 #include <gemma4/layers/rms_norm.hpp>
+#include <gemma4/layers/rope.hpp>
 #include <gemma4/model/assistant.hpp>
 #include <gemma4/model/assistant_checkpoint.hpp>
 #include <gemma4/model/checkpoint.hpp>

@@ -1,6 +1,8 @@
 // Attention<Sliding> and Attention<Full>: Gemma 4's two attention blocks (spec nodes attn.*).
-// The kind is the only compile-time parameter: it decides the window; the geometry (heads,
-// head_dim, whether V has its own projection, RoPE) is data read from the config.
+// The kind decides the window. The geometry (heads, head_dim, whether V has its own projection,
+// RoPE) is data read from the config, unless the type is given a constexpr configuration
+// (Attention<Sliding, float, kGemma4_12B>): then head_dim, the head group and the window are
+// compile-time constants of its attention kernel, and a layer of another geometry is refused.
 #pragma once
 
 #include <gemma4/abi.hpp>
@@ -13,10 +15,10 @@
 #include <gemma4/layers/context.hpp>
 #include <gemma4/layers/observer.hpp>
 #include <gemma4/layers/rms_norm.hpp>
+#include <gemma4/layers/rope.hpp>
 #include <gemma4/model/weights.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -29,20 +31,13 @@ inline constexpr AttentionKind Full = AttentionKind::Full;
 /// The spec calls the full-attention layers "global".
 inline constexpr AttentionKind Global = AttentionKind::Full;
 
-/// inv_freq[i] = θ^(−2i/d) for the rotated pairs, 0 for the rest (decision 4).
-template <class T>
-std::vector<T> rope_inverse_frequencies(const LayerGeometry& g) {
-    std::vector<T> f(static_cast<std::size_t>(g.head_dim / 2), T(0));
-    for (std::int64_t i = 0; i < g.rope_pairs; ++i)
-        f[static_cast<std::size_t>(i)] =
-            std::pow(static_cast<T>(g.rope.rope_theta), -static_cast<T>(2 * i) / static_cast<T>(g.head_dim));
-    return f;
-}
-
-template <AttentionKind Kind, class T>
+template <AttentionKind Kind, class T, const Gemma4Config& Fixed = kConfigFromCheckpoint>
 class Attention {
 public:
     static constexpr AttentionKind kind = Kind;
+    /// The configuration this type is compiled for, or nullptr (read at load).
+    static constexpr const Gemma4Config* fixed_config = is_fixed_config<Fixed> ? &Fixed : nullptr;
+    static constexpr bool is_fixed = is_fixed_config<Fixed>;
 
     Attention(const Gemma4Config& c, int layer, const LayerWeights& w)
         : geom_(c.layer(layer)),
@@ -52,23 +47,41 @@ public:
           o_proj_(w.o_proj),
           q_norm_(w.q_norm, c.rms_norm_eps),
           k_norm_(w.k_norm, c.rms_norm_eps),
-          v_norm_(RMSNorm<T>::unit(geom_.head_dim, c.rms_norm_eps)),
-          inv_freq_(rope_inverse_frequencies<T>(geom_)) {
+          v_norm_(RMSNorm<T>::unit(geom_.head_dim, c.rms_norm_eps)) {
         if (geom_.kind != Kind)
             throw InvalidArgument("layer " + std::to_string(layer) + " is " + std::string(attention_kind_name(geom_.kind)) +
                                   " but was built as " + std::string(attention_kind_name(Kind)));
+        if constexpr (is_fixed)
+            if (geom_ != kFixed)
+                throw ConfigError("layer " + std::to_string(layer) + ": its " + std::string(attention_kind_name(Kind)) +
+                                  " attention geometry differs from the one this model type is compiled for");
     }
 
     const LayerGeometry& geometry() const { return geom_; }
 
+    /// Width of one token's row of project_qkv's output: q | k | v.
+    std::int64_t qkv_width() const { return geom_.q_dim() + 2 * geom_.kv_dim(); }
+
     /// out[t, 0:H) = attention of the normalised stream x[t, 0:H) over the cache.
     template <class Obs>
     void forward(LayerContext<T>& ctx, const T* x, T* out, Obs& obs) const {
-        const std::int64_t n = ctx.tokens.size(), H = q_proj_.cols(), d = geom_.head_dim;
-        const std::int64_t qd = geom_.q_dim(), kvd = geom_.kv_dim(), width = qd + 2 * kvd;
+        const std::int64_t n = ctx.tokens.size(), qd = geom_.q_dim();
+        std::vector<T> qkv(static_cast<std::size_t>(n * qkv_width())), o(static_cast<std::size_t>(n * qd));
+        project_qkv(ctx, x, qkv.data(), obs);  // attn.qkv_proj, attn.qk_norm, attn.v_norm, attn.rope
+        store_kv(ctx, qkv.data());
+        core(ctx, qkv.data(), o.data());
+        tap(obs, ctx.layer, "attn.core", o.data(), n, qd, qd);
+        linear<T>(o_proj_, {o.data(), qd}, {out, q_proj_.cols()}, n, ctx.pool);
+        tap(obs, ctx.layer, "attn.o_proj", out, n, q_proj_.cols(), q_proj_.cols());
+    }
+
+    /// The front half, attn.qkv_proj → attn.qk_norm → attn.v_norm → attn.rope: rows of
+    /// qkv_width() at qkv, q | k | v, ready for the cache and the core (custom attentions reuse it).
+    template <class Obs>
+    void project_qkv(const LayerContext<T>& ctx, const T* x, T* qkv, Obs& obs) const {
+        const std::int64_t n = ctx.tokens.size(), H = q_proj_.cols(), qd = geom_.q_dim(), kvd = geom_.kv_dim(), width = qkv_width();
         const int L = ctx.layer;
-        std::vector<T> qkv(static_cast<std::size_t>(n * width));
-        T* const q = qkv.data();
+        T* const q = qkv;
         T* const k = q + qd;
         T* const v = k + kvd;
 
@@ -80,53 +93,47 @@ public:
         tap(obs, L, "attn.qkv_proj", q, n, geom_.qkv_dim(), width);
 
         // attn.qk_norm — per head, one weight shared by all heads.
-        for (std::int64_t t = 0; t < n; ++t) {
-            q_norm_(q + t * width, d, q + t * width, d, geom_.num_heads);
-            k_norm_(k + t * width, d, k + t * width, d, geom_.num_kv_heads);
-        }
+        q_norm_.per_head(q, width, n, geom_.num_heads);
+        k_norm_.per_head(k, width, n, geom_.num_kv_heads);
         tap(obs, L, "attn.qk_norm", q, n, qd + kvd, width);
 
         // attn.v_norm — no weight.
-        for (std::int64_t t = 0; t < n; ++t) v_norm_(v + t * width, d, v + t * width, d, geom_.num_kv_heads);
+        v_norm_.per_head(v, width, n, geom_.num_kv_heads);
         tap(obs, L, "attn.v_norm", v, n, kvd, width);
 
         // attn.rope — rotate-half on q and k at each token's position.
-        std::vector<T> cos(inv_freq_.size()), sin(inv_freq_.size());
-        for (std::int64_t t = 0; t < n; ++t) {
-            const T p = static_cast<T>(ctx.tokens.pos[static_cast<std::size_t>(t)]);
-            for (std::size_t i = 0; i < inv_freq_.size(); ++i) {
-                cos[i] = std::cos(p * inv_freq_[i]);
-                sin[i] = std::sin(p * inv_freq_[i]);
-            }
-            for (std::int64_t h = 0; h < geom_.num_heads; ++h) kernels::rope(q + t * width + h * d, cos.data(), sin.data(), d);
-            for (std::int64_t h = 0; h < geom_.num_kv_heads; ++h) kernels::rope(k + t * width + h * d, cos.data(), sin.data(), d);
-        }
+        ctx.rope[Kind].apply(q, width, geom_.num_heads);
+        ctx.rope[Kind].apply(k, width, geom_.num_kv_heads);
         tap(obs, L, "attn.rope", q, n, qd + kvd, width);
+    }
 
-        // The step's keys and values go into the cache before any query reads it, so a chunk
-        // attends to itself through the same path as to earlier positions.
-        for (std::int64_t t = 0; t < n; ++t)
-            ctx.cache.store(L, ctx.tokens.seq[static_cast<std::size_t>(t)], ctx.tokens.pos[static_cast<std::size_t>(t)], k + t * width,
-                            v + t * width);
+    /// The step's keys and values go into the cache before any query reads it, so a chunk
+    /// attends to itself through the same path as to earlier positions.
+    void store_kv(LayerContext<T>& ctx, const T* qkv) const {
+        const std::int64_t width = qkv_width(), qd = geom_.q_dim(), kvd = geom_.kv_dim();
+        for (std::int64_t t = 0; t < ctx.tokens.size(); ++t) {
+            const T* k = qkv + t * width + qd;
+            ctx.cache.store(ctx.layer, ctx.tokens.seq[static_cast<std::size_t>(t)], ctx.tokens.pos[static_cast<std::size_t>(t)], k, k + kvd);
+        }
+    }
 
-        // attn.core — softmax(q·kᵀ · 1) · v over the visible keys (scale 1: the norms set it).
-        std::vector<T> o(static_cast<std::size_t>(n * qd));
+    /// attn.core — softmax(q·kᵀ · 1) · v over each token's visible keys (scale 1: the norms set
+    /// it); o gets q_dim() values per token.
+    void core(const LayerContext<T>& ctx, const T* qkv, T* o) const {
+        const std::int64_t n = ctx.tokens.size();
         std::vector<kernels::CachedQuery> rows(static_cast<std::size_t>(n));
         for (std::int64_t t = 0; t < n; ++t)
             rows[static_cast<std::size_t>(t)] = {ctx.tokens.seq[static_cast<std::size_t>(t)],
                                                  first_visible(ctx.tokens.pos[static_cast<std::size_t>(t)]), last_visible(ctx.tokens, t)};
         const KVCache<T>& cache = ctx.cache;
-        kernels::attend_cache<T>(cache, L, rows, q, width, geom_.num_heads, geom_.num_kv_heads, d, o.data(), qd, ctx.pool);
-        tap(obs, L, "attn.core", o.data(), n, qd, qd);
-
-        // attn.o_proj
-        linear<T>(o_proj_, {o.data(), qd}, {out, H}, n, ctx.pool);
-        tap(obs, L, "attn.o_proj", out, n, H, H);
+        constexpr std::int64_t D = is_fixed ? kFixed.head_dim : 0, G = is_fixed ? kFixed.group() : 0;
+        kernels::attend_cache<T, D, G>(cache, ctx.layer, rows, qkv, qkv_width(), geom_.num_heads, geom_.num_kv_heads, geom_.head_dim, o,
+                                       geom_.q_dim(), ctx.pool);
     }
 
     /// The first key position a query at position p sees: q − W < k ≤ q (decision 3).
     std::int64_t first_visible(std::int64_t p) const {
-        if constexpr (Kind == AttentionKind::Sliding) return std::max<std::int64_t>(0, p - geom_.window + 1);
+        if constexpr (Kind == AttentionKind::Sliding) return std::max<std::int64_t>(0, p - (is_fixed ? kFixed.window : geom_.window) + 1);
         else return 0;
     }
 
@@ -139,10 +146,10 @@ public:
     }
 
 private:
+    static constexpr LayerGeometry kFixed = Fixed.geometry(Kind);  // meaningful when is_fixed
     LayerGeometry geom_;
     WeightView q_proj_, k_proj_, v_proj_, o_proj_;
     RMSNorm<T> q_norm_, k_norm_, v_norm_;
-    std::vector<T> inv_freq_;
 };
 
 }  // namespace GEMMA4_ABI

@@ -6,6 +6,7 @@
 
 #include <gemma4/config.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
+#include <gemma4/layers/rope.hpp>
 #include <gemma4/model/kv_cache.hpp>
 
 #include <cstdint>
@@ -34,6 +35,7 @@ struct LayerContext {
     const StepTokens& tokens;
     KVCache<T>& cache;
     ThreadPool& pool;
+    const StepRope<T>& rope;  ///< attn.rope's cos/sin for this step's positions, per attention kind
 };
 
 }  // namespace GEMMA4_ABI

@@ -30,6 +30,11 @@ public:
     void operator()(const T* x, std::int64_t sx, T* y, std::int64_t sy, std::int64_t rows) const {
         for (std::int64_t r = 0; r < rows; ++r) kernels::rms_norm(x + r * sx, weight_.empty() ? nullptr : weight_.data(), eps_, dim_, y + r * sy);
     }
+    /// In place, each of `heads` dim()-wide heads of `rows` rows at x (row stride sx): the
+    /// per-head norms of attention (one weight shared by all heads).
+    void per_head(T* x, std::int64_t sx, std::int64_t rows, std::int64_t heads) const {
+        for (std::int64_t r = 0; r < rows; ++r) (*this)(x + r * sx, dim_, x + r * sx, dim_, heads);
+    }
     std::int64_t dim() const { return dim_; }
 
 private:

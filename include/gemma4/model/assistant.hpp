@@ -24,6 +24,7 @@
 #include <gemma4/layers/attention.hpp>
 #include <gemma4/layers/observer.hpp>
 #include <gemma4/layers/rms_norm.hpp>
+#include <gemma4/layers/rope.hpp>
 #include <gemma4/model/assistant_checkpoint.hpp>
 #include <gemma4/model/kv_cache.hpp>
 #include <gemma4/model/model.hpp>
@@ -320,17 +321,11 @@ private:
         std::vector<T> q(static_cast<std::size_t>(n * qd));
         linear<T>(ly.q_proj, {a.data(), H}, {q.data(), qd}, n, *pool_);
         tap(obs, l, "attn.q_proj", q.data(), n, qd, qd);
-        for (std::int64_t t = 0; t < n; ++t) ly.q_norm(q.data() + t * qd, d, q.data() + t * qd, d, heads);
+        ly.q_norm.per_head(q.data(), qd, n, heads);
         tap(obs, l, "attn.q_norm", q.data(), n, qd, qd);
-        std::vector<T> cos(ly.inv_freq.size()), sin(ly.inv_freq.size());
-        for (std::int64_t t = 0; t < n; ++t) {
-            const T p = static_cast<T>(rows[static_cast<std::size_t>(t)].position);
-            for (std::size_t i = 0; i < ly.inv_freq.size(); ++i) {
-                cos[i] = std::cos(p * ly.inv_freq[i]);
-                sin[i] = std::sin(p * ly.inv_freq[i]);
-            }
-            for (std::int64_t hh = 0; hh < heads; ++hh) kernels::rope(q.data() + t * qd + hh * d, cos.data(), sin.data(), d);
-        }
+        std::vector<std::int64_t> positions(static_cast<std::size_t>(n));
+        for (std::int64_t t = 0; t < n; ++t) positions[static_cast<std::size_t>(t)] = rows[static_cast<std::size_t>(t)].position;
+        RopeTable<T>(ly.inv_freq, positions).apply(q.data(), qd, heads);
         tap(obs, l, "attn.rope", q.data(), n, qd, qd);
 
         // attn.core — over the target's cache of layer `source`, keys before the row's position

@@ -79,10 +79,33 @@ struct ModelOptions {
     bool image_blocks_on_full_layers = false;
 };
 
-template <class T>
-using StandardSlidingLayer = DecoderLayer<T, Attention<Sliding, T>, GeGLU<T>>;
-template <class T>
-using StandardFullLayer = DecoderLayer<T, Attention<Full, T>, GeGLU<T>>;
+template <class T, const Gemma4Config& Fixed = kConfigFromCheckpoint>
+using StandardSlidingLayer = DecoderLayer<T, Attention<Sliding, T, Fixed>, GeGLU<T>>;
+template <class T, const Gemma4Config& Fixed = kConfigFromCheckpoint>
+using StandardFullLayer = DecoderLayer<T, Attention<Full, T, Fixed>, GeGLU<T>>;
+
+/// Throws a ConfigError naming every field (its config.json path) in which `actual` differs from
+/// `expected`, the configuration a model type is compiled for.
+inline void check_config_equals(const Gemma4Config& expected, const Gemma4Config& actual, const std::string& where) {
+    const nlohmann::json e = config_to_json(expected), a = config_to_json(actual);
+    std::string fields;
+    for (const nlohmann::json& op : nlohmann::json::diff(e, a)) {
+        const std::string path = op.at("path").get<std::string>();
+        const nlohmann::json::json_pointer at(path);
+        fields += "\n  " + path.substr(1) + ": " + (a.contains(at) ? a.at(at).dump() : std::string("absent")) + ", compiled for " +
+                  (e.contains(at) ? e.at(at).dump() : std::string("absent"));
+    }
+    if (!fields.empty()) throw ConfigError(where + ": the checkpoint's configuration differs from the model type's in" + fields);
+}
+
+namespace detail {
+/// Whether a layer type's attention is compiled for one configuration (Attention<Kind, T, C>).
+template <class Layer>
+constexpr bool is_fixed_layer() {
+    if constexpr (requires { Layer::attention_type::is_fixed; }) return Layer::attention_type::is_fixed;
+    else return false;
+}
+}  // namespace detail
 
 /// The decoder over scalar type T (float for inference, double for conformance), with the layer
 /// types as parameters so that a custom layer can replace either kind.
@@ -95,6 +118,9 @@ public:
     explicit BasicModel(Checkpoint checkpoint, ModelOptions options = {})
         : ck_(std::move(checkpoint)), pool_(std::make_unique<ThreadPool>(options.n_threads)), options_(options) {
         const Gemma4Config& c = ck_.config;
+        const std::string where = ck_.directory.empty() ? std::string("model") : ck_.directory.string();
+        if constexpr (detail::is_fixed_layer<SlidingLayer>()) check_config_equals(*SlidingLayer::attention_type::fixed_config, c, where);
+        if constexpr (detail::is_fixed_layer<FullLayer>()) check_config_equals(*FullLayer::attention_type::fixed_config, c, where);
         to_panels(ck_.weights, *pool_);  // a quantized checkpoint's rows, as the kernels read them
         for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
             const int l = static_cast<int>(i);
@@ -162,8 +188,9 @@ public:
             }
         tap(obs, -1, "embed", x.data(), n, H, H);
 
+        const StepRope<T> rope(c, tokens.pos);
         for (std::size_t l = 0; l < layers_.size(); ++l) {
-            LayerContext<T> ctx{c, static_cast<int>(l), tokens, cache, *pool_};
+            LayerContext<T> ctx{c, static_cast<int>(l), tokens, cache, *pool_, rope};
             std::visit([&](const auto& layer) { layer.forward(ctx, x.data(), obs); }, layers_[l]);
         }
         for (const SequenceChunk& chunk : batch) cache.advance(chunk.seq, static_cast<std::int64_t>(chunk.ids.size()));
@@ -294,9 +321,10 @@ private:
     T embed_scale_{};
 };
 
-/// The standard Gemma 4 decoder.
-template <class T>
-using Model = BasicModel<T>;
+/// The standard Gemma 4 decoder: Model<float> runs any checkpoint's configuration (read at
+/// load); Model<float, kGemma4_12B> is compiled for one (see kConfigFromCheckpoint).
+template <class T, const Gemma4Config& Fixed = kConfigFromCheckpoint>
+using Model = BasicModel<T, StandardSlidingLayer<T, Fixed>, StandardFullLayer<T, Fixed>>;
 
 }  // namespace GEMMA4_ABI
 }  // namespace gemma4

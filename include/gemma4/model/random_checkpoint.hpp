@@ -122,7 +122,7 @@ inline void write_random_checkpoint(const std::filesystem::path& dir, Gemma4Conf
 
 /// A small configuration with the 12B's structure (both layer kinds, k_eq_v, proportional RoPE,
 /// a window shorter than test sequences) for tests and the demo.
-inline Gemma4Config tiny_config() {
+constexpr Gemma4Config tiny_config() {
     Gemma4Config c{};
     c.vocab_size = 512;
     c.hidden_size = 64;
