@@ -120,7 +120,7 @@ TEST_CASE("tool_choice: none, auto, required and a named function are parsed; er
     }
 }
 
-TEST_CASE("tool_choice: required and named prefill the call's opening after the generation prompt; none drops the tools",
+TEST_CASE("tool_choice: required and named prefill the call's opening after the generation prompt, none drops the tools",
           "[server][render][tool_choice]") {
     const ChatRequest automatic = parse_chat_request(weather_request("auto"));
     const std::string base = render_prompt(automatic);

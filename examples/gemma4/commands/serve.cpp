@@ -244,19 +244,15 @@ private:
     /// streaming one does. Rethrows a failed request's error.
     static EngineResult finished_unless_gone(const httplib::Request& req, Stream& stream) {
         const int fd = server::connection_socket(req.remote_addr, req.remote_port, req.local_port);
-        while (!stream.handle->done()) {
-            {
-                std::unique_lock lock(stream.mutex);
-                stream.ready.wait_for(lock, std::chrono::milliseconds(100));
-            }
+        std::optional<EngineResult> r;
+        while (!(r = stream.handle->wait_for(std::chrono::milliseconds(100)))) {
             if (fd >= 0 && !stream.client_gone && server::peer_closed(fd)) {
-                stream.client_gone = true;
+                stream.client_gone = true;  // on_token stops the request at its next token
                 stream.handle->cancel();
             }
         }
-        EngineResult r = stream.handle->wait();
-        if (r.error) std::rethrow_exception(r.error);
-        return r;
+        if (r->error) std::rethrow_exception(r->error);
+        return std::move(*r);
     }
 
     void chat(const httplib::Request& req, httplib::Response& res) {
