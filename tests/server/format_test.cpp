@@ -343,7 +343,7 @@ TEST_CASE("SSE framing and response shapes", "[server][encode]") {
     CHECK(sse_event(json{{"a", 1}}) == "data: {\"a\":1}\n\n");
     CHECK(kSseDone == "data: [DONE]\n\n");
     ParsedReply reply;
-    reply.tool_calls.push_back({"f", {{"x", 1}}});
+    reply.tool_calls.push_back({"f", {{"x", 1}}, {}});
     const json r = chat_completion("id", "m", 1, reply, "tool_calls", Usage{3, 4, 1});
     CHECK(r["choices"][0]["message"]["content"].is_null());
     CHECK(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == "{\"x\":1}");

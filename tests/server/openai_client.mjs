@@ -1,6 +1,6 @@
 // The official `openai` npm client against `gemma4 serve` (run by openai_client_test.cpp, which
 // installs the package and starts the server): chat with and without streaming, usage, stop
-// strings, a tool-call round trip, an image message, and errors as the client's typed errors.
+// strings, a tool-call round trip, tool_choice, an image message, and errors as the client's typed errors.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -70,6 +70,23 @@ const roundTrip = await client.chat.completions.create({
 assert.equal(roundTrip.object, 'chat.completion');
 assert.ok(roundTrip.usage.prompt_tokens > withTools.usage.prompt_tokens);
 
+// tool_choice: "required" prefills the opening of a call (one more prompt token); a named
+// function also its name, which the stream's first tool_calls delta carries before anything is
+// generated; an undeclared name is a 400 naming the field.
+const required = await client.chat.completions.create({
+  model, tools, tool_choice: 'required', messages: user('Weather in Paris?'), max_tokens: 4, temperature: 0,
+});
+assert.equal(required.usage.prompt_tokens, withTools.usage.prompt_tokens + 1);
+const forced = await client.chat.completions.create({
+  model, tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, messages: user('Weather in Paris?'),
+  max_tokens: 3, temperature: 0, stream: true,
+});
+let forcedName = null;
+for await (const chunk of forced)
+  for (const choice of chunk.choices)
+    for (const call of choice.delta.tool_calls ?? []) forcedName ??= call.function?.name ?? null;
+assert.equal(forcedName, 'get_weather');
+
 // An image message (data: URL).
 const seen = await client.chat.completions.create({
   model, max_tokens: 3, temperature: 0,
@@ -92,6 +109,9 @@ await rejects(new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 }).chat.compl
   OpenAI.AuthenticationError);
 await rejects(client.chat.completions.create({ model: 'gpt-4o', messages: user('x') }), OpenAI.NotFoundError);
 await rejects(client.chat.completions.create({ model, messages: user('x'), n: 2 }), OpenAI.BadRequestError);
+await rejects(client.chat.completions.create({
+  model, tools, messages: user('x'), tool_choice: { type: 'function', function: { name: 'get_time' } },
+}), OpenAI.BadRequestError, (e) => assert.equal(e.param, 'tool_choice.function.name'));
 await rejects(client.chat.completions.create({
   model, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://example.com/cat.png' } }] }],
 }), OpenAI.BadRequestError, (e) => assert.match(e.message, /not fetched/));

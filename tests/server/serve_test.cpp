@@ -6,6 +6,7 @@
 #include <gemma4/io/gguf.hpp>
 #include <gemma4/tokenizer/gguf_tokenizer.hpp>
 
+#include "server/chat_request.hpp"
 #include "server/data_url.hpp"
 #include "server_process.hpp"
 #include "support/skip.hpp"
@@ -418,4 +419,120 @@ TEST_CASE("serve --lookup and --draft-model: the same replies as plain serving, 
     const auto bad = run_cli("serve --model " + tiny_model().string() + " --port 0 --lookup 2 --draft-max 0");
     CHECK(bad.status == 1);
     CHECK(bad.err.find("--draft-max must be >= 1") != std::string::npos);
+}
+
+TEST_CASE("serve: tool_choice is checked, and required/named calls are prefilled into the prompt", "[server][e2e][tool_choice]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    ServerProcess server({}, "tool_choice");
+    const int port = server.port();
+    INFO(server.log());
+    json body = chat_body("Weather in Paris?", 1);
+    body["tools"] = json::parse(R"([{"type":"function","function":{"name":"weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])");
+
+    // The prompt the server ran is the rendered request, prefill included: its token count is
+    // that of the rendering, tokenized by the server itself.
+    auto prompt_tokens_of = [&](const json& choice) {
+        json b = body;
+        if (!choice.is_null()) b["tool_choice"] = choice;
+        const auto r = http(port, "POST", "/v1/chat/completions", b.dump());
+        INFO(r.body);
+        REQUIRE(r.status == 200);
+        const std::string rendered = gemma4::server::render_prompt(gemma4::server::parse_chat_request(b));
+        const auto t = http(port, "POST", "/tokenize", json{{"content", rendered}}.dump());
+        REQUIRE(t.status == 200);
+        CHECK(r.json()["usage"]["prompt_tokens"].get<std::size_t>() == t.json()["tokens"].size());
+        return r.json()["usage"]["prompt_tokens"].get<int>();
+    };
+    const int automatic = prompt_tokens_of("auto");
+    const int required = prompt_tokens_of("required");
+    const int named = prompt_tokens_of({{"type", "function"}, {"function", {{"name", "weather"}}}});
+    const int none = prompt_tokens_of("none");
+    CHECK(required == automatic + 1);  // <|tool_call> is one token
+    CHECK(named > required);           // and call:weather{ after it
+    CHECK(none < automatic);           // no declaration
+    CHECK(none == http(port, "POST", "/v1/chat/completions", chat_body("Weather in Paris?", 1).dump()).json()["usage"]["prompt_tokens"]);
+
+    // A named call streams its opening delta (index, id, type, name) before any generated text.
+    json streamed = body;
+    streamed["stream"] = true;
+    streamed["tool_choice"] = {{"type", "function"}, {"function", {{"name", "weather"}}}};
+    const auto s = http(port, "POST", "/v1/chat/completions", streamed.dump());
+    REQUIRE(s.status == 200);
+    const auto events = sse_data(s.body);
+    REQUIRE(events.size() >= 3);
+    const json first_call = json::parse(events[1])["choices"][0]["delta"];  // right after the role delta
+    INFO(events[1]);
+    REQUIRE(first_call.contains("tool_calls"));
+    CHECK(first_call["tool_calls"][0]["index"] == 0);
+    CHECK(first_call["tool_calls"][0]["type"] == "function");
+    CHECK(first_call["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0) == 0);
+    CHECK(first_call["tool_calls"][0]["function"]["name"] == "weather");
+    CHECK(first_call["tool_calls"][0]["function"]["arguments"] == "");
+
+    // Errors name the field, and the server keeps serving.
+    json unknown = body;
+    unknown["tool_choice"] = {{"type", "function"}, {"function", {{"name", "stocks"}}}};
+    auto e = http(port, "POST", "/v1/chat/completions", unknown.dump());
+    require_openai_error(e, 400);
+    CHECK(e.json()["error"]["param"] == "tool_choice.function.name");
+    json without_tools = chat_body("x", 1);
+    without_tools["tool_choice"] = "required";
+    e = http(port, "POST", "/v1/chat/completions", without_tools.dump());
+    require_openai_error(e, 400);
+    CHECK(e.json()["error"]["param"] == "tool_choice");
+    json wrong_type = body;
+    wrong_type["tool_choice"] = 1;
+    e = http(port, "POST", "/v1/chat/completions", wrong_type.dump());
+    require_openai_error(e, 400);
+    CHECK(e.json()["error"]["param"] == "tool_choice");
+    CHECK(http(port, "POST", "/v1/chat/completions", body.dump()).status == 200);
+}
+
+TEST_CASE("serve: a client that leaves a non-streaming request cancels it and frees its pages", "[server][e2e][disconnect]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    // The slower model: a reply as long as its context takes seconds, so it is still running
+    // when the client goes.
+    ServerProcess server({}, "nonstream_disconnect", slower_model());
+    const int port = server.port();
+    INFO(server.log());
+    for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+        INFO(path);
+        const std::string m0 = metrics(port);
+        const double cancelled = metric(m0, "gemma4_requests_cancelled_total"), generated = metric(m0, "gemma4_generated_tokens_total");
+        json body = chat_body("A very long story", 100000);
+        body["model"] = "slower";
+        if (std::string(path) == "/v1/completions") {
+            body.erase("messages");
+            body["prompt"] = "A very long story";
+        }
+        {
+            Connection c(port);
+            c.send(request_text("POST", path, body.dump(), ""));
+            // Leave once the reply is being generated.
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+            while (metric(metrics(port), "gemma4_generated_tokens_total") < generated + 10) {
+                REQUIRE(std::chrono::steady_clock::now() < deadline);
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+        }  // closed without reading anything
+        const auto left = std::chrono::steady_clock::now();
+        wait_until_idle(port);
+        CHECK(std::chrono::steady_clock::now() - left < std::chrono::seconds(2));
+        const std::string m = metrics(port);
+        CHECK(metric(m, "gemma4_requests_cancelled_total") == cancelled + 1);
+        CHECK(metric(m, "gemma4_generated_tokens_total") < generated + 2000);  // far from the ~4000 of the whole context
+        CHECK(metric(m, "gemma4_kv_pages_in_use") == metric(m, "gemma4_prefix_cache_pages"));
+    }
+    // A client that stays gets its whole reply.
+    const auto r = http(port, "POST", "/v1/chat/completions", [] {
+        json b = chat_body("Short", 3);
+        b["model"] = "slower";
+        return b.dump();
+    }());
+    CHECK(r.status == 200);
+    CHECK(r.json()["usage"]["completion_tokens"].get<int>() >= 1);
 }

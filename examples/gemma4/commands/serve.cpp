@@ -6,6 +6,7 @@
 #include "../server/api_error.hpp"
 #include "../server/auth.hpp"
 #include "../server/chat_request.hpp"
+#include "../server/connection.hpp"
 #include "../server/media.hpp"
 #include "../server/openai_encode.hpp"
 #include "../server/reply_parser.hpp"
@@ -238,11 +239,20 @@ private:
         };
     }
 
-    /// Submits and, for a non-streaming response, waits; rethrows a failed request's error.
-    static EngineResult finished(RequestHandle& handle) {
-        EngineResult r = handle.wait();
-        if (r.error) std::rethrow_exception(r.error);
-        return r;
+    /// Waits for a non-streaming request's result, watching its connection meanwhile: a client
+    /// that goes away cancels the request (its KV pages are freed at the engine's next step), as a
+    /// streaming one does. Rethrows a failed request's error.
+    static EngineResult finished_unless_gone(const httplib::Request& req, Stream& stream) {
+        const int fd = server::connection_socket(req.remote_addr, req.remote_port, req.local_port);
+        std::optional<EngineResult> r;
+        while (!(r = stream.handle->wait_for(std::chrono::milliseconds(100)))) {
+            if (fd >= 0 && !stream.client_gone && server::peer_closed(fd)) {
+                stream.client_gone = true;  // on_token stops the request at its next token
+                stream.handle->cancel();
+            }
+        }
+        if (r->error) std::rethrow_exception(r->error);
+        return std::move(*r);
     }
 
     void chat(const httplib::Request& req, httplib::Response& res) {
@@ -251,20 +261,19 @@ private:
         check_model(cr.sampling.model);
         const auto media = server::decode_media<float>(cr.media, engine_.model().config(), config_.max_soft_tokens);
         Prepared p = prepare(tokenizer_.encode(server::render_prompt(cr), /*add_special=*/false), media, cr.sampling);
-        const bool parse_tools = !cr.tools.empty();
         auto stream = std::make_shared<Stream>();
         p.request.options.on_token = collector(stream);
         const std::string id = server::make_id("chatcmpl-");
         const std::int64_t created = server::unix_seconds();
         stream->handle = engine_.submit(std::move(p.request));
         if (!cr.sampling.stream) {
-            const EngineResult r = finished(*stream->handle);
+            const EngineResult r = finished_unless_gone(req, *stream);
             std::string text;
             {
                 std::lock_guard lock(stream->mutex);
                 text = stream->text;
             }
-            const server::ParsedReply reply = server::parse_reply(text, parse_tools);
+            const server::ParsedReply reply = server::parse_chat_reply(cr, text);
             res.set_content(server::chat_completion(id, model_id_, created, reply, finish_reason(r.finish, !reply.tool_calls.empty()), usage_of(r))
                                 .dump(-1, ' ', false, json::error_handler_t::replace),
                             "application/json");
@@ -272,26 +281,30 @@ private:
         }
         struct Writer {
             server::ReplyParser parser;
+            std::vector<server::ReplyEvent> prefill_events;
+            server::ChatDeltas deltas;
             bool started = false;
-            int tool_index = 0;
         };
-        auto writer = std::make_shared<Writer>(Writer{server::ReplyParser(parse_tools)});
+        auto writer = std::make_shared<Writer>();
+        writer->parser = server::reply_parser_for(cr, &writer->prefill_events);
         const bool include_usage = cr.sampling.include_usage;
         stream_response(res, stream, [=, this](std::string piece, const EngineResult* done) {
             std::string out;
+            std::vector<server::ReplyEvent> events;
             if (!writer->started) {
                 writer->started = true;
                 out += server::sse_event(server::chat_chunk(id, model_id_, created, {{"role", "assistant"}, {"content", ""}}));
+                events = std::move(writer->prefill_events);  // a forced call's name, sent at once
             }
-            auto events = writer->parser.feed(piece);
+            auto fed = writer->parser.feed(piece);
+            events.insert(events.end(), fed.begin(), fed.end());
             if (done) {
                 auto rest = writer->parser.finish();
                 events.insert(events.end(), rest.begin(), rest.end());
             }
-            for (const auto& e : events) {
-                out += server::sse_event(server::chat_chunk(id, model_id_, created, server::delta_for(e, writer->tool_index)));
-                if (e.kind == server::ReplyEvent::ToolCall) ++writer->tool_index;
-            }
+            for (const auto& e : events)
+                if (json delta = writer->deltas.delta_for(e); !delta.is_null())
+                    out += server::sse_event(server::chat_chunk(id, model_id_, created, std::move(delta)));
             if (done) {
                 out += server::sse_event(server::chat_chunk(id, model_id_, created, json::object(),
                                                             finish_reason(done->finish, writer->parser.saw_tool_call())));
@@ -325,7 +338,7 @@ private:
         const std::int64_t created = server::unix_seconds();
         stream->handle = engine_.submit(std::move(prepared.request));
         if (!s.stream) {
-            const EngineResult r = finished(*stream->handle);
+            const EngineResult r = finished_unless_gone(req, *stream);
             const server::Usage usage = usage_of(r);
             std::lock_guard lock(stream->mutex);
             res.set_content(server::text_completion(id, model_id_, created, stream->text, finish_reason(r.finish, false), &usage)

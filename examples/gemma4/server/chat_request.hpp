@@ -6,6 +6,7 @@
 
 #include "api_error.hpp"
 #include "data_url.hpp"
+#include "reply_parser.hpp"
 #include "tool_format.hpp"
 
 #include <gemma4/generate/chat.hpp>
@@ -53,10 +54,17 @@ struct SamplingFields {
     std::string model;
 };
 
+/// OpenAI's tool_choice. None: no tools offered, no calls parsed. Auto: the model decides.
+/// Required: the reply opens with a call (prefilled `<|tool_call>`). Function: the reply opens with
+/// a call of `ChatRequest::tool_choice_name` (prefilled `<|tool_call>call:NAME{`).
+enum class ToolChoice { Auto, None, Required, Function };
+
 struct ChatRequest {
     SamplingFields sampling;
     std::vector<Message> messages;
     nlohmann::json tools = nlohmann::json::array();
+    ToolChoice tool_choice = ToolChoice::Auto;
+    std::string tool_choice_name;  ///< ToolChoice::Function
     bool thinking = false;
     std::vector<MediaItem> media;  ///< in the order of their placeholders in the prompt
 };
@@ -272,9 +280,32 @@ inline ChatRequest parse_chat_request(const nlohmann::json& body) {
         r.tools = *tools;
     }
     if (auto choice = field(body, "tool_choice")) {
-        // "none" drops the declarations; "auto"/"required" and a named function leave it to the model.
-        if (choice->is_string() && choice->get<std::string>() == "none") r.tools = nlohmann::json::array();
-        else if (!choice->is_string() && !choice->is_object()) throw bad_field("tool_choice", "expected a string or an object");
+        if (choice->is_string()) {
+            const std::string c = choice->get<std::string>();
+            if (c == "none") r.tool_choice = ToolChoice::None;
+            else if (c == "auto") r.tool_choice = ToolChoice::Auto;
+            else if (c == "required") r.tool_choice = ToolChoice::Required;
+            else throw bad_field("tool_choice", "unknown value '" + c + "' (none, auto, required, or {\"type\":\"function\",\"function\":{\"name\":...}})");
+        } else if (choice->is_object()) {
+            if (auto type = field(*choice, "type"); !type || string_field(*type, "tool_choice.type") != "function")
+                throw bad_field("tool_choice.type", "expected \"function\"");
+            const auto* function = field(*choice, "function");
+            if (!function || !function->is_object()) throw bad_field("tool_choice.function", "expected {\"name\": ...}");
+            const auto* name = field(*function, "name");
+            if (!name) throw bad_field("tool_choice.function.name", "missing");
+            r.tool_choice_name = string_field(*name, "tool_choice.function.name");
+            r.tool_choice = ToolChoice::Function;
+            bool declared = false;
+            for (const auto& t : r.tools) declared |= t["function"]["name"] == r.tool_choice_name;
+            if (!declared && !r.tools.empty())
+                throw bad_field("tool_choice.function.name", "'" + r.tool_choice_name + "' is not one of the declared tools");
+        } else {
+            throw bad_field("tool_choice", "expected a string or an object");
+        }
+        // "none" and "auto" are harmless without tools; a call cannot be required of no tools.
+        if (r.tools.empty() && (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Function))
+            throw bad_field("tool_choice", "requires a tool in 'tools'");
+        if (r.tool_choice == ToolChoice::None) r.tools = nlohmann::json::array();
     }
     // Thinking: on with reasoning_effort other than "none", or chat_template_kwargs.enable_thinking.
     if (auto effort = field(body, "reasoning_effort")) {
@@ -359,6 +390,36 @@ inline std::string render_prompt(const std::vector<Message>& messages, const nlo
     return out;
 }
 
-inline std::string render_prompt(const ChatRequest& r) { return render_prompt(r.messages, r.tools, r.thinking); }
+/// What the request's tool_choice writes after the generation prompt, as if the model had
+/// written it: the opening of a call ("required"), with the function's name (a named choice).
+/// The reply is parsed as this text followed by what the model generates.
+inline std::string reply_prefill(const ChatRequest& r) {
+    if (r.tool_choice == ToolChoice::Required) return std::string(kToolCallStart);
+    if (r.tool_choice == ToolChoice::Function) return std::string(kToolCallStart) + "call:" + r.tool_choice_name + "{";
+    return {};
+}
+
+/// The prompt the model continues: the conversation, then the tool_choice prefill.
+inline std::string render_prompt(const ChatRequest& r) { return render_prompt(r.messages, r.tools, r.thinking) + reply_prefill(r); }
+
+/// The reply parser for the request's reply: tool calls are parsed when tools are offered, and
+/// the prefill is read first, so a forced call parses like one the model opened itself.
+inline ReplyParser reply_parser_for(const ChatRequest& r, std::vector<ReplyEvent>* prefill_events = nullptr) {
+    ReplyParser parser(!r.tools.empty());
+    auto events = parser.feed(reply_prefill(r));
+    if (prefill_events) *prefill_events = std::move(events);
+    return parser;
+}
+
+/// A whole reply of the request (the non-streaming response).
+inline ParsedReply parse_chat_reply(const ChatRequest& r, std::string_view generated) {
+    ParsedReply out;
+    std::vector<ReplyEvent> events;
+    ReplyParser parser = reply_parser_for(r, &events);
+    out.add(std::move(events));
+    out.add(parser.feed(generated));
+    out.add(parser.finish());
+    return out;
+}
 
 }  // namespace gemma4::server

@@ -44,10 +44,12 @@ struct Usage {
     }
 };
 
+/// A call's `arguments` are its JSON text as the model wrote it (what a stream sends in
+/// fragments); a call made up without that text is dumped.
 inline nlohmann::json tool_call_json(const ParsedToolCall& call, const std::string& id) {
-    return {{"id", id},
-            {"type", "function"},
-            {"function", {{"name", call.name}, {"arguments", call.arguments.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)}}}};
+    const std::string arguments =
+        call.arguments_text.empty() ? call.arguments.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : call.arguments_text;
+    return {{"id", id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", arguments}}}};
 }
 
 /// The non-streaming chat response.
@@ -85,14 +87,31 @@ inline nlohmann::json usage_chunk(const std::string& id, const std::string& obje
     return {{"id", id}, {"object", object}, {"created", created}, {"model", model}, {"choices", nlohmann::json::array()}, {"usage", usage.to_json()}};
 }
 
-/// The delta for a parser event (tool calls get their index and a fresh id).
-inline nlohmann::json delta_for(const ReplyEvent& e, int tool_index) {
-    if (e.kind == ReplyEvent::Content) return {{"content", e.text}};
-    if (e.kind == ReplyEvent::Reasoning) return {{"reasoning_content", e.text}};
-    nlohmann::json call = tool_call_json(e.call, make_id("call_"));
-    call["index"] = tool_index;
-    return {{"tool_calls", nlohmann::json::array({call})}};
-}
+/// The deltas of a chat stream, one per parser event (null for an event that sends nothing). A
+/// tool call is sent as OpenAI streams one: a first delta with its index, id, type, name and
+/// empty arguments, then deltas with fragments of `function.arguments` as they are generated.
+class ChatDeltas {
+public:
+    nlohmann::json delta_for(const ReplyEvent& e) {
+        switch (e.kind) {
+        case ReplyEvent::Content: return {{"content", e.text}};
+        case ReplyEvent::Reasoning: return {{"reasoning_content", e.text}};
+        case ReplyEvent::ToolCallBegin:
+            return call_delta({{"index", index_},
+                               {"id", make_id("call_")},
+                               {"type", "function"},
+                               {"function", {{"name", e.call.name}, {"arguments", ""}}}});
+        case ReplyEvent::ToolCallArguments: return call_delta({{"index", index_}, {"function", {{"arguments", e.text}}}});
+        case ReplyEvent::ToolCall:
+        case ReplyEvent::ToolCallAbandoned: ++index_; return nullptr;  // the next call gets the next index
+        }
+        return nullptr;
+    }
+
+private:
+    static nlohmann::json call_delta(nlohmann::json call) { return {{"tool_calls", nlohmann::json::array({std::move(call)})}}; }
+    int index_ = 0;
+};
 
 inline nlohmann::json text_completion(const std::string& id, const std::string& model, std::int64_t created, const std::string& text,
                                       const nlohmann::json& finish_reason, const Usage* usage) {

@@ -17,10 +17,15 @@ namespace gemma4::server {
 inline constexpr std::string_view kChannelOpen = "<|channel>";
 inline constexpr std::string_view kChannelClose = "<channel|>";
 
+/// What became certain of a reply. A tool call streams as ToolCallBegin (its name, once
+/// `call:NAME{` is read), ToolCallArguments (fragments of its JSON arguments as they become
+/// certain; together exactly `call.arguments_text`), then ToolCall (the whole call, once closed).
+/// A call that turns out malformed after its ToolCallBegin ends with its text as Content and no
+/// ToolCall (ToolCallAbandoned marks that).
 struct ReplyEvent {
-    enum Kind { Content, Reasoning, ToolCall } kind;
-    std::string text;          ///< Content / Reasoning
-    ParsedToolCall call = {};  ///< ToolCall
+    enum Kind { Content, Reasoning, ToolCallBegin, ToolCallArguments, ToolCall, ToolCallAbandoned } kind;
+    std::string text;          ///< Content / Reasoning / ToolCallArguments
+    ParsedToolCall call = {};  ///< ToolCall; ToolCallBegin: the name only
 };
 
 class ReplyParser {
@@ -44,7 +49,10 @@ public:
         buffer_.insert(0, channel_name_);  // an undecided channel header: decided now, as reasoning
         channel_name_.clear();
         run(events, true);
-        if (state_ == State::ToolCall) emit(events, ReplyEvent::Content, std::string(kToolCallStart) + call_);
+        if (state_ == State::ToolCall) {
+            abandon(events);
+            emit(events, ReplyEvent::Content, std::string(kToolCallStart) + call_);
+        }
         state_ = State::Text;
         call_.clear();
         return events;
@@ -60,7 +68,7 @@ private:
 
     void emit(std::vector<ReplyEvent>& events, ReplyEvent::Kind kind, std::string text) {
         if (text.empty()) return;
-        if (!events.empty() && events.back().kind == kind && kind != ReplyEvent::ToolCall) {
+        if (!events.empty() && events.back().kind == kind && (kind == ReplyEvent::Content || kind == ReplyEvent::Reasoning)) {
             events.back().text += text;
             return;
         }
@@ -105,13 +113,23 @@ private:
                 call_ += buffer_;
                 buffer_.clear();
                 const auto end = call_.find(kToolCallEnd, searched);
-                if (end == std::string::npos) return;
+                if (end == std::string::npos) {
+                    stream_arguments(events);
+                    return;
+                }
                 buffer_ = call_.substr(end + kToolCallEnd.size());
                 call_.resize(end);
                 if (auto call = parse_tool_call(call_)) {
                     ++calls_;
+                    if (!call_begun_) events.push_back(ReplyEvent{ReplyEvent::ToolCallBegin, {}, ParsedToolCall{call->name, {}, {}}});
+                    // By construction every streamed prefix is a prefix of the whole call's text.
+                    if (call->arguments_text.size() > arguments_sent_)
+                        events.push_back(ReplyEvent{ReplyEvent::ToolCallArguments, call->arguments_text.substr(arguments_sent_)});
                     events.push_back(ReplyEvent{ReplyEvent::ToolCall, {}, std::move(*call)});
+                    call_begun_ = false;
+                    arguments_sent_ = 0;
                 } else {
+                    abandon(events);
                     emit(events, ReplyEvent::Content, std::string(kToolCallStart) + call_ + std::string(kToolCallEnd));
                 }
                 call_.clear();
@@ -154,7 +172,29 @@ private:
         }
     }
 
+    /// An open call: its name once known, then the arguments' certain JSON prefix as it grows.
+    void stream_arguments(std::vector<ReplyEvent>& events) {
+        const auto partial = parse_partial_tool_call(call_);
+        if (!partial) return;
+        if (!call_begun_) {
+            call_begun_ = true;
+            events.push_back(ReplyEvent{ReplyEvent::ToolCallBegin, {}, ParsedToolCall{partial->name, {}, {}}});
+        }
+        if (partial->arguments_prefix.size() > arguments_sent_) {
+            events.push_back(ReplyEvent{ReplyEvent::ToolCallArguments, partial->arguments_prefix.substr(arguments_sent_)});
+            arguments_sent_ = partial->arguments_prefix.size();
+        }
+    }
+
+    void abandon(std::vector<ReplyEvent>& events) {
+        if (call_begun_) events.push_back(ReplyEvent{ReplyEvent::ToolCallAbandoned, {}});
+        call_begun_ = false;
+        arguments_sent_ = 0;
+    }
+
     bool parse_tools_;
+    bool call_begun_ = false;
+    std::size_t arguments_sent_ = 0;
     State state_ = State::Text;
     std::string buffer_, channel_name_, call_;
     int calls_ = 0;
@@ -170,7 +210,7 @@ struct ParsedReply {
         for (auto& e : events) {
             if (e.kind == ReplyEvent::Content) content += e.text;
             else if (e.kind == ReplyEvent::Reasoning) reasoning += e.text;
-            else tool_calls.push_back(std::move(e.call));
+            else if (e.kind == ReplyEvent::ToolCall) tool_calls.push_back(std::move(e.call));
         }
     }
 };

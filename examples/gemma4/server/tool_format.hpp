@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace gemma4::server {
 
@@ -211,17 +212,67 @@ inline std::string render_tool_response(std::string_view name, const nlohmann::j
 
 namespace detail {
 
+/// JSON string escaping that maps every byte on its own (bytes >= 0x80 pass as they are), so the
+/// escape of a text equals the concatenated escapes of any split of it: streamed argument
+/// fragments then concatenate exactly to the whole call's arguments.
+inline void append_json_escaped(std::string& out, std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    for (char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        default:
+            if (c < 0x20) {
+                out += "\\u00";
+                out += hex[c >> 4];
+                out += hex[c & 15];
+            } else {
+                out += ch;
+            }
+        }
+    }
+}
+
+/// Bytes at the end of `s` that may be an incomplete UTF-8 sequence (held back while streaming:
+/// a fragment cut inside a character would not be valid UTF-8 on its own).
+inline std::size_t incomplete_utf8_tail(std::string_view s) {
+    for (std::size_t back = 1; back <= 3 && back <= s.size(); ++back) {
+        const auto c = static_cast<unsigned char>(s[s.size() - back]);
+        if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+        const std::size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return need > back ? back : 0;
+    }
+    return 0;
+}
+
 /// Reads the tool syntax back into JSON. Every failure (unbalanced brackets, an unterminated
 /// string, a stray character) gives nothing: the caller then keeps the text as plain content.
+///
+/// With `json_text`, the reader also writes the value as JSON text, in the order the model wrote
+/// it, appending only what the bytes read so far decide for good. A `partial` reader is given a
+/// prefix of a call: it fails at the end of the text, and `json_text` then holds the JSON prefix
+/// that no later byte can change (the part of an open string value included) — what a stream
+/// sends as argument fragments.
 class ToolSyntaxReader {
 public:
-    explicit ToolSyntaxReader(std::string_view text) : s_(text) {}
+    explicit ToolSyntaxReader(std::string_view text, std::string* json_text = nullptr, bool partial = false)
+        : s_(text), json_(json_text), partial_(partial) {}
 
     std::optional<nlohmann::json> value(int depth = 0) {
         if (depth > 64) return std::nullopt;
         skip_space();
         if (at_end()) return std::nullopt;
-        if (s_.substr(pos_).starts_with(kQuote)) return string();
+        if (s_.substr(pos_).starts_with(kQuote)) {
+            auto text = string(/*stream_text=*/true);
+            if (!text) return std::nullopt;
+            return nlohmann::json(std::move(*text));
+        }
         const char c = s_[pos_];
         if (c == '{') return object(depth);
         if (c == '[') return array(depth);
@@ -230,19 +281,26 @@ public:
 
     std::optional<nlohmann::json> object(int depth) {
         if (!eat('{')) return std::nullopt;
+        write("{");
         nlohmann::json out = nlohmann::json::object();
         skip_space();
-        if (eat('}')) return out;
-        while (true) {
+        if (eat('}')) return write("}"), out;
+        for (bool first = true;; first = false) {
             auto k = key();
             if (!k) return std::nullopt;
             skip_space();
             if (!eat(':')) return std::nullopt;
+            if (json_) {  // the key is certain once its ':' is read
+                if (!first) *json_ += ',';
+                *json_ += '"';
+                append_json_escaped(*json_, *k);
+                *json_ += "\":";
+            }
             auto v = value(depth + 1);
             if (!v) return std::nullopt;
             out[*k] = std::move(*v);
             skip_space();
-            if (eat('}')) return out;
+            if (eat('}')) return write("}"), out;
             if (!eat(',')) return std::nullopt;
             skip_space();
         }
@@ -261,12 +319,35 @@ private:
         return true;
     }
 
-    std::optional<std::string> string() {
+    void write(std::string_view text) {
+        if (json_) *json_ += text;
+    }
+
+    /// A <|"|>-quoted string. A value's text is written as a JSON string; unterminated in a
+    /// partial reader, what is certain of it is written before failing.
+    std::optional<std::string> string(bool stream_text = false) {
         pos_ += kQuote.size();
         const auto end = s_.find(kQuote, pos_);
-        if (end == std::string_view::npos) return std::nullopt;
+        if (stream_text) write("\"");
+        if (end == std::string_view::npos) {
+            if (stream_text && partial_ && json_) {
+                std::string_view rest = s_.substr(pos_);
+                for (std::size_t n = std::min(kQuote.size() - 1, rest.size()); n > 0; --n)  // may be the closing quote's start
+                    if (rest.substr(rest.size() - n) == kQuote.substr(0, n)) {
+                        rest.remove_suffix(n);
+                        break;
+                    }
+                rest.remove_suffix(incomplete_utf8_tail(rest));
+                append_json_escaped(*json_, rest);
+            }
+            return std::nullopt;
+        }
         std::string out(s_.substr(pos_, end - pos_));
         pos_ = end + kQuote.size();
+        if (stream_text && json_) {
+            append_json_escaped(*json_, out);
+            *json_ += '"';
+        }
         return out;
     }
 
@@ -291,41 +372,60 @@ private:
 
     std::optional<nlohmann::json> array(int depth) {
         if (!eat('[')) return std::nullopt;
+        write("[");
         nlohmann::json out = nlohmann::json::array();
         skip_space();
-        if (eat(']')) return out;
+        if (eat(']')) return write("]"), out;
         while (true) {
             auto v = value(depth + 1);
             if (!v) return std::nullopt;
             out.push_back(std::move(*v));
             skip_space();
-            if (eat(']')) return out;
+            if (eat(']')) return write("]"), out;
             if (!eat(',')) return std::nullopt;
+            write(",");
         }
     }
 
     /// true, false, None/null, a number; any other bare word is taken as a string (the model
-    /// sometimes leaves a string unquoted).
+    /// sometimes leaves a string unquoted). Written once its end is read (a partial reader's
+    /// last word may still grow).
     std::optional<nlohmann::json> scalar() {
         const std::size_t start = pos_;
         while (!at_end() && s_[pos_] != ',' && s_[pos_] != '}' && s_[pos_] != ']' && s_[pos_] != '{' && s_[pos_] != '[' &&
                !s_.substr(pos_).starts_with(kQuote))
             ++pos_;
+        if (partial_ && at_end()) return std::nullopt;
         std::string_view word = s_.substr(start, pos_ - start);
         while (!word.empty() && std::isspace(static_cast<unsigned char>(word.back()))) word.remove_suffix(1);
         if (word.empty()) return std::nullopt;
-        if (word == "true") return true;
-        if (word == "false") return false;
-        if (word == "None" || word == "null") return nullptr;
-        const char c = word.front();
-        if (c == '-' || (c >= '0' && c <= '9')) {
-            auto number = nlohmann::json::parse(word, nullptr, /*allow_exceptions=*/false);
-            if (!number.is_discarded() && number.is_number()) return number;
+        nlohmann::json v;
+        if (word == "true") v = true;
+        else if (word == "false") v = false;
+        else if (word == "None" || word == "null") v = nullptr;
+        else {
+            const char c = word.front();
+            if (c == '-' || (c >= '0' && c <= '9')) {
+                auto number = nlohmann::json::parse(word, nullptr, /*allow_exceptions=*/false);
+                if (!number.is_discarded() && number.is_number()) v = std::move(number);
+            }
+            if (v.is_null()) v = std::string(word);
         }
-        return std::string(word);
+        if (json_) {
+            if (v.is_string()) {
+                *json_ += '"';
+                append_json_escaped(*json_, v.get_ref<const std::string&>());
+                *json_ += '"';
+            } else {
+                *json_ += v.dump();
+            }
+        }
+        return v;
     }
 
     std::string_view s_;
+    std::string* json_;
+    bool partial_;
     std::size_t pos_ = 0;
 };
 
@@ -333,13 +433,16 @@ private:
 
 struct ParsedToolCall {
     std::string name;
-    nlohmann::json arguments;  ///< an object
+    nlohmann::json arguments;    ///< an object
+    std::string arguments_text;  ///< the same as JSON text, members in the order the model wrote them
 };
 
-/// The text between <|tool_call> and <tool_call|>: `call:NAME{…}`. Nothing if malformed.
-inline std::optional<ParsedToolCall> parse_tool_call(std::string_view body) {
+namespace detail {
+
+/// `call:NAME{` at the start of a call's text (leading space skipped): the name and where the
+/// arguments' '{' is, or nothing (not yet known, or not a call).
+inline std::optional<std::pair<std::string_view, std::string_view>> split_tool_call(std::string_view body) {
     while (!body.empty() && std::isspace(static_cast<unsigned char>(body.front()))) body.remove_prefix(1);
-    while (!body.empty() && std::isspace(static_cast<unsigned char>(body.back()))) body.remove_suffix(1);
     if (!body.starts_with("call:")) return std::nullopt;
     body.remove_prefix(5);
     const auto brace = body.find('{');
@@ -347,12 +450,38 @@ inline std::optional<ParsedToolCall> parse_tool_call(std::string_view body) {
     std::string_view name = body.substr(0, brace);
     for (char c : name)
         if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':')) return std::nullopt;
-    detail::ToolSyntaxReader reader(body.substr(brace));
+    return std::pair{name, body.substr(brace)};
+}
+
+}  // namespace detail
+
+/// The text between <|tool_call> and <tool_call|>: `call:NAME{…}`. Nothing if malformed.
+inline std::optional<ParsedToolCall> parse_tool_call(std::string_view body) {
+    while (!body.empty() && std::isspace(static_cast<unsigned char>(body.back()))) body.remove_suffix(1);
+    const auto parts = detail::split_tool_call(body);
+    if (!parts) return std::nullopt;
+    std::string text;
+    detail::ToolSyntaxReader reader(parts->second, &text);
     auto args = reader.object(0);
     if (!args) return std::nullopt;
     reader.skip_space();
     if (!reader.at_end()) return std::nullopt;
-    return ParsedToolCall{std::string(name), std::move(*args)};
+    return ParsedToolCall{std::string(parts->first), std::move(*args), std::move(text)};
+}
+
+/// For a call still being generated (the text after <|tool_call> so far): its name, once
+/// `call:NAME{` is complete, and the prefix of its JSON arguments that no later text can
+/// change. If the whole call parses, its `arguments_text` starts with every such prefix.
+struct PartialToolCall {
+    std::string name, arguments_prefix;
+};
+inline std::optional<PartialToolCall> parse_partial_tool_call(std::string_view body) {
+    const auto parts = detail::split_tool_call(body);
+    if (!parts) return std::nullopt;
+    PartialToolCall out{std::string(parts->first), {}};
+    detail::ToolSyntaxReader reader(parts->second, &out.arguments_prefix, /*partial=*/true);
+    (void)reader.object(0);  // fails at the end of the text, or reads all of it: either way the prefix is certain
+    return out;
 }
 
 /// Parses a value in the tool syntax on its own (tests, tool results). Nothing if malformed.
