@@ -376,7 +376,7 @@ TEST_CASE("gguf export: Q8 and Q4 weights as Q8_0 / Q4_0 load back with the conf
     const auto dir = test::temp_dir("gguf_export");
     for (const WeightFormat format : {WeightFormat::Int8, WeightFormat::Int4}) {
         const bool q8 = format == WeightFormat::Int8;
-        INFO(q8 ? "int8 -> Q8_0" : "int4 -> Q4_0");
+        INFO((q8 ? "int8 -> Q8_0" : "int4 -> Q4_0"));
         ModelWeights w = random_weights(c, format, 7, 2);
         const auto path = dir / (q8 ? "q8_0.gguf" : "q4_0.gguf");
         const std::uint64_t bytes = write_gguf_model(path, c, w, 2);
