@@ -768,6 +768,31 @@ TEST_CASE("a request cancelled while generating saves where it stopped, and resu
     check_no_pages_left(engine);
 }
 
+TEST_CASE("a request cancelled by shutdown is saved, and continues in a session and in another engine alike", "[engine][engine-file]") {
+    const Model<float>& model = fixture().model;
+    const auto dir = test::temp_dir("engine_files_shutdown");
+    const auto p1 = prompt_ids(50, 9), p2 = prompt_ids(51, 3);
+    Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 8, .prefix_cache_entries = 0});
+    EngineRequest<float> r = request(p1, endless(200));
+    r.save_to = dir / "parked.g4s";
+    const RequestHandle h = engine.submit(std::move(r));
+    wait_until([&] { return engine.stats().generated_tokens >= 5; });
+    engine.shutdown();
+    const EngineResult parked = h.wait();
+    REQUIRE(parked.finish == FinishReason::Cancelled);
+    CHECK(parked.saved);
+    CHECK_FALSE(parked.error);
+    check_no_pages_left(engine);
+
+    Session<float> loaded(model, &fixture().tokenizer);
+    loaded.load(dir / "parked.g4s");
+    CHECK(loaded.history() == concat(p1, parked.ids));
+    CHECK(loaded.cached_tokens() >= static_cast<std::int64_t>(loaded.history().size()) - 1);
+    const GenerationResult next = loaded.generate(std::span<const std::int32_t>(p2), endless(6));
+    Engine<float> other(model, &fixture().tokenizer, {.step_tokens = 8});
+    check_same(other.submit(resumed_request(p2, endless(6), dir / "parked.g4s")).wait(), next);
+}
+
 TEST_CASE("bad session files and failed saves fail only their request, with typed errors", "[engine][engine-file][errors]") {
     const Model<float>& model = fixture().model;
     const auto dir = test::temp_dir("engine_files_bad");
