@@ -12,6 +12,8 @@
 #include "support/temp_dir.hpp"
 
 #include <atomic>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -628,4 +630,247 @@ TEST_CASE("a failing drafter fails its requests only", "[engine][speculative]") 
     REQUIRE(r1.error);
     CHECK_THROWS_WITH(std::rethrow_exception(r1.error), Catch::Contains("drafter broke"));
     check_same(r2, lone(model, prompt_ids(2, 12), endless(8)));
+}
+
+namespace {
+
+/// Fixed-length replies (no end id), greedy or seeded.
+GenerateOptions turn_options(bool sampled, std::int64_t n) {
+    GenerateOptions o = sampled ? seeded(n, 77) : greedy(n);
+    o.end_ids = {-1};
+    return o;
+}
+
+EngineRequest<float> resumed_request(std::vector<std::int32_t> prompt, GenerateOptions o, const std::filesystem::path& from,
+                                     const std::filesystem::path& to = {}) {
+    EngineRequest<float> r = request(std::move(prompt), std::move(o));
+    r.resume_from = from;
+    r.save_to = to;
+    return r;
+}
+
+/// Requests that keep the engine busy alongside the one under test, and what they must give.
+struct Bystanders {
+    std::vector<RequestHandle> handles;
+    std::vector<GenerationResult> expected;
+    void submit(Engine<float>& engine, int seed) {
+        for (int i = 0; i < 3; ++i) {
+            const auto p = prompt_ids(seed + i, 5 + static_cast<std::size_t>(7 * i));
+            const GenerateOptions o = i == 1 ? seeded(9, 5) : greedy(9);
+            Session<float> alone(engine.model(), &fixture().tokenizer, {.kv_dtype = engine.options().kv_dtype});
+            expected.push_back(alone.generate(std::span<const std::int32_t>(p), o));
+            handles.push_back(engine.submit(request(p, o)));
+        }
+    }
+    void check() {
+        for (std::size_t i = 0; i < handles.size(); ++i) check_same(handles[i].wait(), expected[i]);
+    }
+};
+
+void check_no_pages_left(const Engine<float>& engine) {
+    const EngineStats s = engine.stats();
+    CHECK(s.active_sequences == 0);
+    CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+    if (engine.options().prefix_cache_entries == 0) CHECK(s.kv_bytes_in_use == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a conversation saved by one engine resumes in another, and through sessions, with the tokens of never stopping",
+          "[engine][engine-file]") {
+    const Model<float>& model = fixture().model;
+    const auto dir = test::temp_dir("engine_files");
+    for (const bool sampled : {false, true})
+        for (const KVDtype kv : {KVDtype::Float, KVDtype::Int8}) {
+            INFO("sampled " << sampled << ", int8 KV " << (kv == KVDtype::Int8));
+            const auto p1 = prompt_ids(40, 21), p2 = prompt_ids(41, 6), p3 = prompt_ids(42, 5), p4 = prompt_ids(43, 4);
+            // The conversation of a session that never stops: four turns, well past the window of 8.
+            Session<float> never(model, &fixture().tokenizer, {.kv_dtype = kv});
+            std::vector<GenerationResult> turns;
+            for (const auto* p : {&p1, &p2, &p3, &p4})
+                turns.push_back(never.generate(std::span<const std::int32_t>(*p), turn_options(sampled, 11)));
+            REQUIRE(never.cached_tokens() > 4 * model.config().sliding_window);
+
+            const EngineOptions eo{.max_sequences = 3, .step_tokens = 8, .kv_dtype = kv, .prefix_cache_entries = 0};
+            // Turn 1 in one engine, saved when it finishes, among other requests.
+            {
+                Engine<float> first(model, &fixture().tokenizer, eo);
+                Bystanders others;
+                others.submit(first, 50);
+                EngineRequest<float> r = request(p1, turn_options(sampled, 11));
+                r.save_to = dir / "turn1.g4s";
+                const EngineResult got = first.submit(std::move(r)).wait();
+                check_same(got, turns[0]);
+                CHECK(got.saved);
+                others.check();
+                check_no_pages_left(first);
+            }
+            // Turn 2 resumes in a fresh engine (with other requests before and after it) and is saved again.
+            Engine<float> second(model, &fixture().tokenizer, eo);
+            Bystanders others;
+            others.submit(second, 60);
+            const RequestHandle h2 = second.submit(resumed_request(p2, turn_options(sampled, 11), dir / "turn1.g4s", dir / "turn2.g4s"));
+            others.submit(second, 70);
+            const EngineResult got2 = h2.wait();
+            check_same(got2, turns[1]);
+            CHECK(got2.saved);
+            CHECK(got2.stats.reused_tokens == static_cast<std::int64_t>(p1.size() + turns[0].ids.size() - 1));
+            CHECK(got2.stats.prompt_tokens == static_cast<std::int64_t>(p1.size() + turns[0].ids.size() + p2.size()));
+
+            // Engine -> Session: turn 3 in a session loaded from the engine's file.
+            Session<float> loaded(model, &fixture().tokenizer, {.kv_dtype = kv});
+            loaded.load(dir / "turn2.g4s");
+            const GenerationResult got3 = loaded.generate(std::span<const std::int32_t>(p3), turn_options(sampled, 11));
+            CHECK(got3.ids == turns[2].ids);
+            CHECK(got3.text == turns[2].text);
+            loaded.save(dir / "turn3.g4s");
+
+            // Session -> Engine: turn 4 in the engine, from the session's file.
+            const EngineResult got4 = second.submit(resumed_request(p4, turn_options(sampled, 11), dir / "turn3.g4s")).wait();
+            check_same(got4, turns[3]);
+            CHECK_FALSE(got4.saved);
+            others.check();
+            second.shutdown();
+            check_no_pages_left(second);
+        }
+}
+
+TEST_CASE("a request cancelled while generating saves where it stopped, and resumes with its pending id", "[engine][engine-file]") {
+    const Model<float>& model = fixture().model;
+    const auto dir = test::temp_dir("engine_files_cancel");
+    const auto p1 = prompt_ids(44, 12), p2 = prompt_ids(45, 3);
+    Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 8, .prefix_cache_entries = 4});
+    int calls = 0;
+    GenerateOptions o = endless(40);
+    o.on_token = [&calls](std::int32_t, std::string_view) { return ++calls < 7; };
+    EngineRequest<float> r = request(p1, o);
+    r.save_to = dir / "cancelled.g4s";
+    const EngineResult stopped = engine.submit(std::move(r)).wait();
+    REQUIRE(stopped.finish == FinishReason::Cancelled);
+    REQUIRE(stopped.ids.size() == 7);
+    CHECK(stopped.saved);
+    CHECK_FALSE(stopped.error);
+
+    // What a session that stopped the same way and continued gives.
+    Session<float> never(model, &fixture().tokenizer);
+    int session_calls = 0;
+    GenerateOptions so = endless(40);
+    so.on_token = [&session_calls](std::int32_t, std::string_view) { return ++session_calls < 7; };
+    never.generate(std::span<const std::int32_t>(p1), so);
+    const GenerationResult next = never.generate(std::span<const std::int32_t>(p2), endless(9));
+    check_same(engine.submit(resumed_request(p2, endless(9), dir / "cancelled.g4s")).wait(), next);
+    // Its pending id alone is a prompt too.
+    Session<float> loaded(model, &fixture().tokenizer);
+    loaded.load(dir / "cancelled.g4s");
+    const GenerationResult only_pending = loaded.generate(std::span<const std::int32_t>(), endless(5));
+    check_same(engine.submit(resumed_request({}, endless(5), dir / "cancelled.g4s")).wait(), only_pending);
+    engine.shutdown();
+    check_no_pages_left(engine);
+}
+
+TEST_CASE("a request cancelled by shutdown is saved, and continues in a session and in another engine alike", "[engine][engine-file]") {
+    const Model<float>& model = fixture().model;
+    const auto dir = test::temp_dir("engine_files_shutdown");
+    const auto p1 = prompt_ids(50, 9), p2 = prompt_ids(51, 3);
+    Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 8, .prefix_cache_entries = 0});
+    EngineRequest<float> r = request(p1, endless(200));
+    r.save_to = dir / "parked.g4s";
+    const RequestHandle h = engine.submit(std::move(r));
+    wait_until([&] { return engine.stats().generated_tokens >= 5; });
+    engine.shutdown();
+    const EngineResult parked = h.wait();
+    REQUIRE(parked.finish == FinishReason::Cancelled);
+    CHECK(parked.saved);
+    CHECK_FALSE(parked.error);
+    check_no_pages_left(engine);
+
+    Session<float> loaded(model, &fixture().tokenizer);
+    loaded.load(dir / "parked.g4s");
+    CHECK(loaded.history() == concat(p1, parked.ids));
+    CHECK(loaded.cached_tokens() >= static_cast<std::int64_t>(loaded.history().size()) - 1);
+    const GenerationResult next = loaded.generate(std::span<const std::int32_t>(p2), endless(6));
+    Engine<float> other(model, &fixture().tokenizer, {.step_tokens = 8});
+    check_same(other.submit(resumed_request(p2, endless(6), dir / "parked.g4s")).wait(), next);
+}
+
+TEST_CASE("bad session files and failed saves fail only their request, with typed errors", "[engine][engine-file][errors]") {
+    const Model<float>& model = fixture().model;
+    const auto dir = test::temp_dir("engine_files_bad");
+    Session<float> s(model, &fixture().tokenizer);
+    const auto p = prompt_ids(46, 14);
+    s.generate(std::span<const std::int32_t>(p), endless(6));
+    s.save(dir / "good.g4s");
+    std::ifstream in(dir / "good.g4s", std::ios::binary);
+    const std::string good((std::istreambuf_iterator<char>(in)), {});
+    const auto write = [&](const std::string& name, const std::string& bytes) {
+        std::ofstream(dir / name, std::ios::binary) << bytes;
+        return dir / name;
+    };
+    const auto truncated = write("truncated.g4s", good.substr(0, good.size() - 9));
+    std::string flipped = good;
+    flipped[flipped.size() - 20] = static_cast<char>(flipped[flipped.size() - 20] ^ 0x10);
+    const auto corrupted = write("corrupted.g4s", flipped);
+
+    // Another model (another window), and this model with an Int8 cache.
+    Gemma4Config other_config = model.config();
+    other_config.sliding_window = 16;
+    const auto other_dir = test::temp_dir("engine_files_other_model");
+    write_random_checkpoint(other_dir, other_config, {.seed = 5});
+    const Model<float> other = Model<float>::load(other_dir, ModelOptions{2});
+    Session<float> o(other, nullptr);
+    o.generate(std::span<const std::int32_t>(p), endless(2));
+    o.save(dir / "other_model.g4s");
+    Session<float> i8(model, nullptr, {.kv_dtype = KVDtype::Int8});
+    i8.generate(std::span<const std::int32_t>(p), endless(2));
+    i8.save(dir / "int8.g4s");
+    Session<float> full(model, nullptr);
+    full.generate(std::span<const std::int32_t>(p), endless(0));  // no pending id: the prompt must say something
+    full.save(dir / "nothing_pending.g4s");
+
+    Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 8, .context = 64, .prefix_cache_entries = 0});
+    Bystanders others;
+    others.submit(engine, 80);
+    const auto submit_from = [&](const std::filesystem::path& f, std::vector<std::int32_t> prompt = prompt_ids(47, 3)) {
+        engine.submit(resumed_request(std::move(prompt), greedy(4), f));
+    };
+    CHECK_THROWS_AS(submit_from(dir / "absent.g4s"), IoError);
+    CHECK_THROWS_WITH(submit_from(truncated), Catch::StartsWith(truncated.string() + ": truncated"));
+    CHECK_THROWS_AS(submit_from(truncated), FormatError);
+    CHECK_THROWS_WITH(submit_from(corrupted), Catch::Contains("payload checksum mismatch"));
+    CHECK_THROWS_AS(submit_from(corrupted), FormatError);
+    CHECK_THROWS_WITH(submit_from(dir / "other_model.g4s"), Catch::Contains("text_config.sliding_window: 16 in the file, 8 in this model"));
+    CHECK_THROWS_AS(submit_from(dir / "other_model.g4s"), ConfigError);
+    CHECK_THROWS_WITH(submit_from(dir / "int8.g4s"), Catch::Contains("holds a Int8 KV cache"));
+    CHECK_THROWS_AS(submit_from(dir / "int8.g4s"), InvalidArgument);
+    CHECK_THROWS_AS(submit_from(dir / "nothing_pending.g4s", {}), InvalidArgument);
+    CHECK_THROWS_AS(submit_from(dir / "good.g4s", prompt_ids(48, 50)), ContextLengthError);  // 20 resumed + 50 > 64
+
+    // A save that cannot be written: the request's ids are still its own, its pages go back.
+    EngineRequest<float> unsaved = request(p, endless(6));
+    unsaved.save_to = dir / "no such dir" / "x.g4s";
+    const EngineResult r = engine.submit(std::move(unsaved)).wait();
+    CHECK_FALSE(r.saved);
+    REQUIRE(r.error);
+    CHECK_THROWS_AS(std::rethrow_exception(r.error), IoError);
+    CHECK(r.ids == lone(model, p, endless(6)).ids);
+    // A request cancelled before its prompt is in the cache has nothing to save.
+    std::atomic<bool> cancel{true};
+    GenerateOptions flagged = greedy(4);
+    flagged.cancel = &cancel;
+    EngineRequest<float> never_ran = request(p, flagged);
+    never_ran.save_to = dir / "never.g4s";
+    const EngineResult nr = engine.submit(std::move(never_ran)).wait();
+    CHECK_FALSE(nr.saved);
+    CHECK(nr.error);
+    CHECK_FALSE(std::filesystem::exists(dir / "never.g4s"));
+
+    // The engine goes on: the good file still resumes, the other requests are exact.
+    const auto more = prompt_ids(49, 4);
+    const GenerationResult expected = s.generate(std::span<const std::int32_t>(more), greedy(4));
+    check_same(engine.submit(resumed_request(more, greedy(4), dir / "good.g4s")).wait(), expected);
+    others.check();
+    const EngineStats st = engine.stats();
+    CHECK(st.requests_rejected == 11);
+    engine.shutdown();
+    check_no_pages_left(engine);
 }

@@ -1,12 +1,16 @@
 // Gemma 4 from GGUF files: the config derived from the metadata equals the source checkpoint's
 // config.json, the f64 logits equal those of that checkpoint holding the GGUF's dequantized
 // weights, the formats the matrices get per ggml type, and every inconsistent file as an error
-// naming the key, tensor or architecture.
+// naming the key, tensor or architecture. Q8 / Q4 weights exported as GGUF (model/gguf_export.hpp)
+// load back bit for bit.
 #include <catch2/catch.hpp>
 
 #include <gemma4/io/gguf_writer.hpp>
 #include <gemma4/io/safetensors_writer.hpp>
+#include <gemma4/model/gguf_export.hpp>
 #include <gemma4/model/model.hpp>
+#include <gemma4/model/quantize.hpp>
+#include <gemma4/model/random_checkpoint.hpp>
 
 #include "support/gguf_fixtures.hpp"
 #include "support/reference_model.hpp"
@@ -16,7 +20,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
 using namespace gemma4;
 
@@ -327,4 +333,84 @@ TEST_CASE("gguf: a GGUF file's model saves as a checkpoint directory that loads 
         const Logits<float> fb = Model<float>::load(saved / "ck", ModelOptions{2}).logits(ids);
         CHECK(fa.values == fb.values);
     }
+}
+
+namespace {
+
+Gemma4Config export_config() {
+    Gemma4Config c = tiny_config();  // both layer kinds, k_eq_v, partial RoPE on the full layers
+    c.has_vision = c.has_audio = false;
+    return c;
+}
+
+std::string file_bytes(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+}  // namespace
+
+TEST_CASE("gguf streaming writer: the same bytes as the in-memory writer; a tensor's bytes must add up", "[model][gguf][gguf-export]") {
+    const auto dir = test::temp_dir("gguf_streaming");
+    const std::vector<GgufKv> kvs{gguf_string("general.architecture", "x"), gguf_uint32("n", 3)};
+    const std::vector<GgufTensorOut> tensors{{"a", {3}, GgmlType::F32, std::string(12, '\1')},
+                                             {"b", {32, 2}, GgmlType::Q8_0, std::string(68, '\2')}};
+    std::vector<GgufTensorHeader> headers;
+    for (const auto& t : tensors) headers.push_back({t.name, t.ne, t.type, t.data.size()});
+    const auto size = write_gguf_streaming(dir / "s.gguf", kvs, headers, [&](std::size_t i, const auto& write) {
+        const std::string& d = tensors[i].data;
+        write(d.data(), 5);  // in pieces
+        write(d.data() + 5, d.size() - 5);
+    });
+    const std::string expected = gguf_file_bytes(kvs, tensors);
+    CHECK(file_bytes(dir / "s.gguf") == expected);
+    CHECK(size == expected.size());
+    CHECK_THROWS_AS(write_gguf_streaming(dir / "t.gguf", kvs, headers,
+                                         [&](std::size_t i, const auto& write) { write(tensors[i].data.data(), tensors[i].data.size() - 1); }),
+                    InvalidArgument);
+    CHECK_THROWS_AS(write_gguf_streaming(dir / "no such dir" / "u.gguf", kvs, headers, [](std::size_t, const auto&) {}), IoError);
+}
+
+TEST_CASE("gguf export: Q8 and Q4 weights as Q8_0 / Q4_0 load back with the config and bit-identical logits", "[model][gguf][gguf-export]") {
+    const Gemma4Config c = export_config();
+    const auto dir = test::temp_dir("gguf_export");
+    for (const WeightFormat format : {WeightFormat::Int8, WeightFormat::Int4}) {
+        const bool q8 = format == WeightFormat::Int8;
+        INFO((q8 ? "int8 -> Q8_0" : "int4 -> Q4_0"));
+        ModelWeights w = random_weights(c, format, 7, 2);
+        const auto path = dir / (q8 ? "q8_0.gguf" : "q4_0.gguf");
+        const std::uint64_t bytes = write_gguf_model(path, c, w, 2);
+        CHECK(std::filesystem::file_size(path) == bytes);
+
+        const GgufFile f(path);
+        const GgmlType want = q8 ? GgmlType::Q8_0 : GgmlType::Q4_0;
+        for (const std::string name : {"token_embd.weight", "blk.0.attn_q.weight", "blk.2.attn_k.weight", "blk.5.ffn_down.weight"})
+            CHECK(f.find_tensor(name)->type == want);
+        CHECK_FALSE(f.find_tensor("blk.2.attn_v.weight"));  // k_eq_v on the full layers
+        REQUIRE(f.find_tensor("rope_freqs.weight"));
+        const Gemma4Config g = gguf_config(f);
+        REQUIRE(g.num_hidden_layers == c.num_hidden_layers);
+        for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+            INFO("layer " << i);
+            const LayerGeometry a = c.layer(i), b = g.layer(i);
+            CHECK(a.kind == b.kind);
+            CHECK(a.q_dim() == b.q_dim());
+            CHECK(a.kv_dim() == b.kv_dim());
+            CHECK(a.has_v_proj == b.has_v_proj);
+            CHECK(a.rope_pairs == b.rope_pairs);
+            CHECK(a.window == b.window);
+        }
+        CHECK(g.tokens.eos_count == 2);
+
+        const Model<float> from_file = Model<float>::load(path, ModelOptions{2});
+        const Model<float> in_memory(Checkpoint{c, std::move(w), {}, "model.language_model."}, ModelOptions{2});
+        std::vector<std::int32_t> ids;
+        for (std::int32_t i = 0; i < 20; ++i) ids.push_back(2 + (i * 37) % 500);  // past the window of 8
+        CHECK(from_file.logits(ids).values == in_memory.logits(ids).values);
+    }
+    // What GGUF cannot hold is refused by name.
+    ModelWeights odd = random_weights(c, WeightFormat::Int8, 1, 2);
+    Gemma4Config sliding_proportional = c;
+    sliding_proportional.rope_sliding.rope_type = RopeType::Proportional;
+    CHECK_THROWS_AS(write_gguf_model(dir / "bad.gguf", sliding_proportional, odd, 2), InvalidArgument);
 }

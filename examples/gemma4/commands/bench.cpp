@@ -18,18 +18,32 @@
 // --draft assistant: the published 12B MTP assistant's shapes with random weights in the
 // format of --weights (written to a scratch folder, then loaded): the time it takes per
 // drafted id, reading the prefilled target's cache, next to a decode step of the target.
+// --weights q8_0|q4_0: the random int8 / int4 weights are written as a GGUF file (Q8_0 / Q4_0,
+// streamed a few rows at a time) in --gguf-dir, flushed to disk and dropped from the page
+// cache, then loaded through the GGUF loader as a user's file is; the load is timed on its own
+// (seconds and GB/s of file), and a few greedy ids from the file's model are checked equal to
+// those of the same weights in memory. The file is deleted afterwards unless --keep-gguf.
+//
+// Bytes read per decode step are computed, not measured: the matrices' sizes (the weights are
+// read once per step whatever the batch) and, with --context, the K/V each sequence's query
+// reads (every layer's visible positions, the window on sliding layers, times the cache's bytes
+// per position). The bandwidth fraction compares their sum per second with the measured read
+// bandwidth.
 #include "../cli.hpp"
 #include "../probes.hpp"
 
 #include <gemma4/generate/session.hpp>
 #include <gemma4/model/assistant.hpp>
+#include <gemma4/model/gguf_export.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/quantize.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -157,6 +171,53 @@ std::vector<SpeculativeRun> speculative_bench(const Model<float>& model, std::sp
     return rows;
 }
 
+/// Bytes of K/V that B sequences' decode steps read on average over `steps` steps after
+/// `context` cached positions: per layer, the positions its query sees (the window on sliding
+/// layers), times the cache's bytes of K and V per position.
+double kv_read_bytes_per_step(const Gemma4Config& c, const KVCache<float>& cache, std::int64_t context, std::int64_t steps, std::int64_t B) {
+    double bytes = 0;
+    for (std::int64_t g = 0; g < steps; ++g) {
+        const std::int64_t p = context + g;  // the position of this step's query
+        for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+            const LayerGeometry geo = c.layer(l);
+            const std::int64_t lo = geo.kind == AttentionKind::Sliding ? std::max<std::int64_t>(0, p - geo.window + 1) : 0;
+            bytes += static_cast<double>(p - lo + 1) * static_cast<double>(cache.bytes_per_position(geo.kind));
+        }
+    }
+    return bytes * static_cast<double>(B) / static_cast<double>(steps);
+}
+
+/// Writes `path` to disk and drops it from the page cache, so that loading it reads the disk as
+/// a user's first load does. Returns whether the kernel accepted both.
+bool flush_and_evict(const std::filesystem::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return false;
+    const bool ok = ::fdatasync(fd) == 0 && ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+    ::close(fd);
+    return ok;
+}
+
+/// What the GGUF path of the bench measured.
+struct GgufRun {
+    std::string type;  ///< q8_0 or q4_0
+    std::filesystem::path path;
+    std::uint64_t file_bytes = 0;
+    double write_s = 0, load_s = 0;
+    bool evicted = false;  ///< the load read a file dropped from the page cache
+    bool matches = false;  ///< greedy ids equal those of the weights in memory
+    std::vector<std::int32_t> ids;
+};
+
+/// Removes the scratch file on every way out, unless it is to be kept.
+struct ScratchFile {
+    std::filesystem::path path;
+    bool keep = false;
+    ~ScratchFile() {
+        std::error_code ec;
+        if (!keep && !path.empty()) std::filesystem::remove(path, ec);
+    }
+};
+
 template <class V>
 std::vector<V> parse_list(cli::Args& args, const std::string& name, const std::string& text) {
     std::vector<V> out;
@@ -172,7 +233,6 @@ int run(cli::Args& args) {
     const std::string config_name = args.get("config").value_or("gemma-4-12b");
     const std::string weights = args.require("weights");
     const bool random = args.flag("random-weights");
-    const auto layers = args.number<std::int64_t>("layers", 48);
     const auto P = args.number<std::int64_t>("prompt-tokens", 128);
     const auto G = args.number<std::int64_t>("gen-tokens", 16);
     const auto threads = args.number<unsigned>("threads", 0);
@@ -184,6 +244,9 @@ int run(cli::Args& args) {
     const auto draft = args.get("draft");
     const auto accept_list = args.get("accept");
     const auto draft_max_list = args.get("draft-max");
+    const auto gguf_dir = args.get("gguf-dir");
+    const bool keep_gguf = args.flag("keep-gguf");
+    const auto layers_opt = args.get("layers");
     args.finish();
     std::vector<double> accepts;
     std::vector<std::int64_t> draft_lengths;
@@ -200,17 +263,27 @@ int run(cli::Args& args) {
         throw InvalidArgument("bench: --accept and --draft-max need --draft");
     }
     if (!random) throw InvalidArgument("bench: only --random-weights is supported (weights are generated in memory)");
-    if (config_name != "gemma-4-12b") throw InvalidArgument("bench: --config must be gemma-4-12b, got '" + config_name + "'");
-    const auto format = parse_weight_format(weights);
+    if (config_name != "gemma-4-12b" && config_name != "tiny")
+        throw InvalidArgument("bench: --config must be gemma-4-12b or tiny, got '" + config_name + "'");
+    Gemma4Config c = config_name == "tiny" ? tiny_config() : kGemma4_12B;
+    c.has_vision = c.has_audio = false;
+    // q8_0 / q4_0: the int8 / int4 weights, through a GGUF file.
+    const std::string gguf_type = weights == "q8_0" || weights == "q4_0" ? weights : "";
+    const auto format = gguf_type.empty() ? parse_weight_format(weights) : gguf_type == "q8_0" ? WeightFormat::Int8 : WeightFormat::Int4;
     if (!format || *format == WeightFormat::AsStored)
-        throw InvalidArgument("bench: --weights must be int8, int4 or bf16, got '" + weights + "'");
+        throw InvalidArgument("bench: --weights must be int8, int4, bf16, q8_0 or q4_0, got '" + weights + "'");
+    if ((gguf_dir || keep_gguf) && gguf_type.empty()) throw InvalidArgument("bench: --gguf-dir and --keep-gguf need --weights q8_0 or q4_0");
+    if (gguf_type.size() && draft == "assistant") throw InvalidArgument("bench: --draft assistant loads its own weights: not with q8_0 / q4_0");
+    const std::int64_t max_layers = c.num_hidden_layers;
+    const std::int64_t layers = layers_opt ? args.parse_number<std::int64_t>("layers", *layers_opt) : max_layers;
     const std::int64_t B = batch_opt ? args.parse_number<std::int64_t>("batch", *batch_opt) : 1;
-    if (layers < 1 || layers > kGemma4_12B.num_hidden_layers) throw InvalidArgument("bench: --layers must be in [1, 48]");
+    if (layers < 1 || layers > max_layers) throw InvalidArgument("bench: --layers must be in [1, " + std::to_string(max_layers) + "]");
     if (P < 1 || G < 1 || B < 1) throw InvalidArgument("bench: --prompt-tokens, --gen-tokens and --batch must be >= 1");
     if (kv != "float" && kv != "int8") throw InvalidArgument("bench: --kv must be float or int8, got '" + kv + "'");
-    if (context < 0 || context + G > kGemma4_12B.max_position_embeddings)
+    if (context < 0 || context + G > c.max_position_embeddings)
         throw InvalidArgument("bench: --context plus --gen-tokens must be within max_position_embeddings (" +
-                              std::to_string(kGemma4_12B.max_position_embeddings) + ")");
+                              std::to_string(c.max_position_embeddings) + ")");
+    if (P > c.max_position_embeddings) throw InvalidArgument("bench: --prompt-tokens beyond max_position_embeddings");
     auto say = [&](const std::string& s) {
         if (!json) std::fprintf(stderr, "%s\n", s.c_str());
     };
@@ -222,14 +295,49 @@ int run(cli::Args& args) {
     const double peak_int8 = probes::int8_peak(probe_pool);
     const double peak_amx = probes::amx_int8_peak(probe_pool);
 
-    Gemma4Config c = kGemma4_12B;
     c.num_hidden_layers = layers;
-    say("generating random " + weights + " weights for " + std::to_string(layers) + " layers ...");
+    say("generating random " + (gguf_type.empty() ? weights : std::string(gguf_type == "q8_0" ? "int8" : "int4")) + " weights for " + std::to_string(layers) + " layers ...");
     auto t0 = Clock::now();
     Checkpoint ck{c, random_weights(c, *format, 1, threads), {}, "model.language_model."};
     const double gen_s = seconds_since(t0);
     const double weight_bytes = static_cast<double>(matrix_bytes(ck.weights));
-    const Model<float> model(std::move(ck), ModelOptions{threads});
+    // A few plain ids (no placeholders) from `seed`.
+    const auto plain_ids = [&](std::int64_t n, std::int64_t seed) {
+        std::vector<std::int32_t> ids;
+        for (std::int64_t i = 0; i < n; ++i) {
+            auto id = static_cast<std::int32_t>((i * 7919 + seed * 104729 + 2) % c.vocab_size);
+            if (id == c.tokens.image || id == c.tokens.audio || id == c.tokens.video) id = c.tokens.bos;
+            ids.push_back(id);
+        }
+        return ids;
+    };
+    GgufRun gguf;
+    ScratchFile scratch;
+    scratch.keep = keep_gguf;
+    const Model<float> model = [&] {
+        if (gguf_type.empty()) return Model<float>(std::move(ck), ModelOptions{threads});
+        gguf.type = gguf_type;
+        gguf.path = std::filesystem::path(gguf_dir.value_or(std::filesystem::temp_directory_path().string())) /
+                    ("gemma4-bench-" + std::to_string(::getpid()) + "-" + gguf_type + ".gguf");
+        scratch.path = gguf.path;
+        say("writing the weights as " + gguf_type + " to " + gguf.path.string() + " ...");
+        t0 = Clock::now();
+        gguf.file_bytes = write_gguf_model(gguf.path, c, ck.weights, threads);
+        gguf.evicted = flush_and_evict(gguf.path);
+        gguf.write_s = seconds_since(t0);
+        const std::vector<std::int32_t> check_prompt = plain_ids(8, 7);
+        {  // the same weights in memory: the ids the file must give; freed before the file is loaded
+            const Model<float> in_memory(std::move(ck), ModelOptions{threads});
+            gguf.ids = greedy_run(in_memory, check_prompt, 4).ids;
+        }
+        say("loading " + gguf.path.string() + " (" + std::to_string(gguf.file_bytes >> 20) + " MiB) ...");
+        t0 = Clock::now();
+        Model<float> loaded = Model<float>::load(gguf.path, ModelOptions{threads});
+        gguf.load_s = seconds_since(t0);
+        gguf.matches = greedy_run(loaded, check_prompt, 4).ids == gguf.ids;
+        if (!gguf.matches) throw Error("bench: " + gguf.path.string() + " gives other greedy ids than the same weights in memory");
+        return loaded;
+    }();
 
     // prefill: B sequences of P tokens, one step each
     KVCache<float> cache = model.make_cache(KVCacheOptions{.kv_dtype = kv == "int8" ? KVDtype::Int8 : KVDtype::Float});
@@ -238,9 +346,7 @@ int run(cli::Args& args) {
     const std::int64_t alone = B > 1 && context == 0 ? 1 : 0;  // the sequence decoding alone, after the batch's
     for (std::int64_t b = 0; b < B + alone; ++b) {
         seqs.push_back(cache.add_sequence());
-        std::vector<std::int32_t> ids;
-        for (std::int64_t i = 0; i < P; ++i) ids.push_back(static_cast<std::int32_t>((i * 7919 + b * 104729 + 2) % c.vocab_size));
-        prompts.push_back(std::move(ids));
+        prompts.push_back(plain_ids(P, b));
     }
     {  // warm-up: threads, thread-local buffers, first touch of the weights
         KVCache<float> warm = model.make_cache();
@@ -275,6 +381,7 @@ int run(cli::Args& args) {
         std::vector<SequenceChunk> step;
         for (std::int64_t b = 0; b < B + alone; ++b) {
             next[static_cast<std::size_t>(b)] = static_cast<std::int32_t>((g * 31 + b * 17 + 5) % c.vocab_size);
+            if (model.is_placeholder(next[static_cast<std::size_t>(b)])) next[static_cast<std::size_t>(b)] = c.tokens.bos;
             step.push_back({seqs[static_cast<std::size_t>(b)], std::span<const std::int32_t>(&next[static_cast<std::size_t>(b)], 1)});
         }
         t0 = Clock::now();
@@ -321,7 +428,9 @@ int run(cli::Args& args) {
     const bool int8_kernels = is_quantized(format_dtype(*format));  // bound by the int8 peak, not the FMA one
     const double steps_per_s = static_cast<double>(G) / decode_s;
     const double bytes_per_token = weight_bytes / static_cast<double>(B);
-    const double achieved = weight_bytes * steps_per_s;
+    const double kv_read = context > 0 ? kv_read_bytes_per_step(c, cache, context, G, B) : 0.0;
+    const double bytes_per_step = weight_bytes + kv_read;  // computed, not measured
+    const double achieved = bytes_per_step * steps_per_s;
     const std::size_t rss = peak_rss_bytes();
 
     const KernelChoice kernels = active_kernels();
@@ -333,7 +442,9 @@ int run(cli::Args& args) {
                      {"gen_tokens", G},
                      {"prefill_tokens_per_s", prefill_tps},
                      {"decode_tokens_per_s", decode_tps},
-                     {"weight_bytes_per_token", bytes_per_token},
+                     {"weight_bytes_per_step_computed", weight_bytes},
+                     {"weight_bytes_per_token_computed", bytes_per_token},
+                     {"bytes_read_per_step_computed", bytes_per_step},
                      {"measured_read_bandwidth_bytes_per_s", bandwidth},
                      {"decode_bandwidth_fraction", achieved / bandwidth},
                      {"prefill_flops_per_s", prefill_s > 0 ? prefill_flops / prefill_s : 0.0},
@@ -364,6 +475,17 @@ int run(cli::Args& args) {
     if (context > 0) {
         j["context"] = context;
         j["kv_fill_s"] = fill_s;
+        j["kv_bytes_read_per_step_computed"] = kv_read;
+    }
+    if (!gguf.type.empty()) {
+        j["gguf_type"] = gguf.type;
+        j["gguf_file_bytes"] = gguf.file_bytes;
+        j["gguf_write_s"] = gguf.write_s;
+        j["gguf_load_s"] = gguf.load_s;
+        j["gguf_load_bytes_per_s"] = static_cast<double>(gguf.file_bytes) / gguf.load_s;
+        j["gguf_load_from_disk"] = gguf.evicted;
+        j["gguf_matches_in_memory"] = gguf.matches;
+        if (keep_gguf) j["gguf_path"] = gguf.path.string();
     }
     if (assistant_ids > 0) {
         j["assistant_ms_per_draft_token"] = 1e3 * assistant_s / static_cast<double>(assistant_ids);
@@ -396,7 +518,16 @@ int run(cli::Args& args) {
     if (alone)
         std::printf("alone     %8.2f tok/s   (one sequence, steps alternating with the batch's): batch speedup %.2fx\n",
                     alone_tps, decode_tps / alone_tps);
-    std::printf("weights   %8.3f GB read per step, %.1f GB/s = %.0f%% of measured read bandwidth %.1f GB/s\n", weight_bytes / 1e9,
+    if (!gguf.type.empty())
+        std::printf("gguf      %8.2f s load of %.3f GB (%s, %.2f GB/s%s; written in %.1f s), greedy ids equal to the weights in memory\n",
+                    gguf.load_s, static_cast<double>(gguf.file_bytes) / 1e9, gguf.type.c_str(),
+                    static_cast<double>(gguf.file_bytes) / gguf.load_s / 1e9, gguf.evicted ? ", from disk" : ", page cache not dropped",
+                    gguf.write_s);
+    std::printf("weights   %8.3f GB read per step (computed from the matrix sizes)\n", weight_bytes / 1e9);
+    if (context > 0)
+        std::printf("KV read   %8.3f GB per step (computed: every layer's visible keys and values at context %lld, the window on "
+                    "sliding layers, x %lld)\n", kv_read / 1e9, static_cast<long long>(context), static_cast<long long>(B));
+    std::printf("read      %8.3f GB per step (computed), %.1f GB/s = %.0f%% of measured read bandwidth %.1f GB/s\n", bytes_per_step / 1e9,
                 achieved / 1e9, 100 * achieved / bandwidth, bandwidth / 1e9);
     std::printf("KV cache  %8.3f GB in use (%s), %.1f ms per decode step%s\n", static_cast<double>(kv_bytes) / 1e9, kv.c_str(),
                 1e3 * decode_s / static_cast<double>(G), context > 0 ? (" at context " + std::to_string(context)).c_str() : "");
@@ -418,10 +549,10 @@ int run(cli::Args& args) {
 
 const cli::Command reg{"bench", "prefill/decode speed with random weights at the 12B shapes",
                        cli::Options{
-                           {"weights", "int8|int4|bf16", "format of the generated weights", cli::kRequired},
+                           {"weights", "int8|int4|bf16|q8_0|q4_0", "format of the generated weights (q8_0/q4_0: int8/int4 written as a GGUF file and loaded from it)", cli::kRequired},
                            {"random-weights", "", "generate the weights in memory (the only mode; must be given)"},
-                           {"config", "NAME", "model shapes; only gemma-4-12b (the default)"},
-                           {"layers", "N", "decoder layers, 1 to 48 (default: 48)"},
+                           {"config", "NAME", "model shapes: gemma-4-12b (the default) or tiny (6 layers, for tests)"},
+                           {"layers", "N", "decoder layers, 1 to the config's (default: all, 48 for the 12B)"},
                            {"prompt-tokens", "N", "prompt length of each sequence (default: 128)"},
                            {"gen-tokens", "N", "decode steps timed (default: 16)"},
                            {"batch", "B", "sequences decoding together (default: 1)"},
@@ -431,6 +562,8 @@ const cli::Command reg{"bench", "prefill/decode speed with random weights at the
                            {"accept", "P[,P...]", "probabilities that a drafted id is right (default: 0.5,0.7,0.9)"},
                            {"draft-max", "K[,K...]", "draft lengths to time (default: 1,2,3,4,5,6)"},
                            {"bandwidth-mb", "MB", "buffer size of the read-bandwidth probe (default: 1536)"},
+                           {"gguf-dir", "DIR", "where --weights q8_0/q4_0 write their scratch .gguf (default: the temp folder)"},
+                           {"keep-gguf", "", "keep the scratch .gguf (its path is printed in --json)"},
                            {"json", "", "print one JSON object on stdout"},
                        } + cli::threads_option(),
                        run};

@@ -13,6 +13,13 @@
 // Every forward kernel gives a token's outputs bit for bit whatever else shares its step, and a
 // request samples with its own Sampler, decoder and stop matcher as Session does, so each
 // request's output equals what a lone Session<T> produces for it.
+//
+// Conversations can be parked on disk between requests, in the session file format
+// (generate/session_file.hpp, docs/session-file.md): EngineRequest::save_to writes a request's
+// final state when it finishes, before its pages are freed; EngineRequest::resume_from makes a
+// request continue a saved conversation (its prompt ids come after it). Files of Session::save
+// resume in an engine and files an engine saves load into a Session, with the same tokens as a
+// Session that never stopped.
 #pragma once
 
 #include <gemma4/abi.hpp>
@@ -34,6 +41,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <map>
@@ -75,7 +83,7 @@ struct RequestStats {
     double queue_seconds = 0;            ///< submit -> admitted
     double time_to_first_token = 0;      ///< submit -> first sampled id
     std::int64_t prompt_tokens = 0;      ///< ids of the prompt
-    std::int64_t reused_tokens = 0;      ///< of those, taken from the prefix cache (not prefilled)
+    std::int64_t reused_tokens = 0;      ///< of those, taken from the prefix cache or a resumed file (not prefilled)
     std::int64_t generated_tokens = 0;
     double generation_seconds = 0;       ///< first token -> finish
     std::int64_t drafted_tokens = 0;     ///< ids a drafter proposed and the model verified (options.speculative)
@@ -95,6 +103,19 @@ struct EngineRequest {
     /// thread; returning false cancels), cancel flag, prefill_chunk (a cap on this request's
     /// chunks, below step_tokens).
     GenerateOptions options;
+    /// A session file (Session::save, or an earlier request's save_to) whose conversation this
+    /// request continues: its KV pages are taken over instead of prefilling its ids, `prompt`
+    /// comes after them (it may then be empty if the file holds a sampled id not yet fed), and a
+    /// sampling seed equal to the file's continues its random stream, as Session::generate
+    /// after Session::load does. The file is read and checked by submit, which throws its
+    /// typed error (FormatError, ConfigError, InvalidArgument, IoError; see Session::load).
+    std::filesystem::path resume_from{};
+    /// When not empty, the request's conversation (the resumed one, its prompt and the ids it
+    /// generated), its KV pages and its random stream are written here when it finishes (any
+    /// finish reason, cancellation included, once its prompt has been prefilled), replacing
+    /// the file; Session::load or a later request's resume_from continues it. The write runs
+    /// on the scheduler thread, between two steps.
+    std::filesystem::path save_to{};
 };
 
 /// What a finished request produced.
@@ -104,6 +125,10 @@ struct EngineResult {
     FinishReason finish = FinishReason::MaxTokens;  ///< Cancelled on cancel, shutdown or error
     RequestStats stats;
     std::exception_ptr error;                    ///< set if the request failed (e.g. on_token threw); ids/text then partial
+    /// Whether the request's save_to file was written. When it was asked for but could not be
+    /// (the request failed, or finished before its prompt was prefilled, or the write failed),
+    /// `error` says why; ids and text are still the request's.
+    bool saved = false;
 };
 
 /// Counters of an engine since it started, and its state now: a consistent snapshot.
@@ -298,6 +323,9 @@ private:
         std::vector<T> hidden;              ///< final-normed state of the row that sampled `pending`
         std::vector<std::int32_t> feed;     ///< this step's ids: pending, then the drafts
         std::int64_t step_start = 0;        ///< the cache's length before this step
+        /// The conversation of resume_from, read by submit; its pages move into the engine's
+        /// cache at admission.
+        std::optional<SessionFileContents<T>> resumed;
         EngineResult result;
 
         bool speculative() const { return request.options.speculative.enabled(); }
@@ -334,25 +362,40 @@ private:
     std::unique_ptr<Job> prepare(EngineRequest<T> request) {
         const Gemma4Config& c = model_->config();
         const GenerateOptions& o = request.options;
-        const auto& prompt = request.prompt;
-        if (prompt.empty()) throw InvalidArgument("engine: empty prompt");
         if (o.max_new_tokens < 0) throw InvalidArgument("engine: max_new_tokens must be >= 0, not " + std::to_string(o.max_new_tokens));
         o.speculative.validate();
+        auto job = std::make_unique<Job>();
         bool placeholders = false;
-        for (std::size_t i = 0; i < prompt.size(); ++i) {
-            if (prompt[i] < 0 || prompt[i] >= c.vocab_size)
-                throw InvalidArgument("engine: token id " + std::to_string(prompt[i]) + " at index " + std::to_string(i) +
+        for (std::size_t i = 0; i < request.prompt.size(); ++i) {
+            const std::int32_t id = request.prompt[i];
+            if (id < 0 || id >= c.vocab_size)
+                throw InvalidArgument("engine: token id " + std::to_string(id) + " at index " + std::to_string(i) +
                                       " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-            if (prompt[i] == c.tokens.video) throw InvalidArgument("engine: video input is not supported (id at index " + std::to_string(i) + ")");
-            placeholders = placeholders || model_->is_placeholder(prompt[i]);
+            if (id == c.tokens.video) throw InvalidArgument("engine: video input is not supported (id at index " + std::to_string(i) + ")");
+            placeholders = placeholders || model_->is_placeholder(id);
         }
+        // A resumed conversation's ids come first; only those after its cache are fed (its
+        // pending id, then the prompt), and only those may be placeholders with soft tokens.
+        std::size_t in_cache = 0;
+        if (!request.resume_from.empty()) {
+            job->resumed.emplace(detail::read_session_file<T>(request.resume_from, c, KVCacheOptions{.kv_dtype = options_.kv_dtype},
+                                                              SessionFileKind::Session));
+            const SessionFileContents<T>& r = *job->resumed;
+            in_cache = static_cast<std::size_t>(r.cache.length(r.seq));
+            request.prompt.insert(request.prompt.begin(), r.history.begin(), r.history.end());
+        }
+        const auto& prompt = request.prompt;
+        if (prompt.size() == in_cache)
+            throw InvalidArgument(request.resume_from.empty() ? "engine: empty prompt"
+                                                              : "engine: " + request.resume_from.string() +
+                                                                    ": the conversation has no id left to feed and the prompt is empty");
         const auto P = static_cast<std::int64_t>(prompt.size());
         if (P > context_)
-            throw ContextLengthError("engine: prompt of " + std::to_string(P) + " tokens exceeds the context of " + std::to_string(context_) +
-                                     " tokens");
+            throw ContextLengthError("engine: prompt of " + std::to_string(P) + " tokens" +
+                                     (in_cache ? " (" + std::to_string(in_cache) + " of them resumed)" : std::string()) +
+                                     " exceeds the context of " + std::to_string(context_) + " tokens");
         if (!o.stop_strings.empty() && !tokenizer_) throw InvalidArgument("engine: stop strings need a tokenizer; this engine has none");
 
-        auto job = std::make_unique<Job>();
         job->stops.emplace(o.stop_strings);
         if (tokenizer_) job->decoder.emplace(*tokenizer_);
         // As Session: placeholders stand for soft tokens that a sampled id would not have.
@@ -360,13 +403,18 @@ private:
         sampling.suppress_tokens.insert(sampling.suppress_tokens.end(), {c.tokens.image, c.tokens.audio, c.tokens.video});
         job->sampler.emplace(std::move(sampling));
         job->sampler->set_prompt(prompt);
+        // As Session::generate: the seed the stream started from continues it.
+        if (job->resumed && job->resumed->random.started && job->resumed->random.seed == o.sampling.seed)
+            job->sampler->set_rng_state(job->resumed->random.state);
         if (placeholders || !request.images.empty() || !request.audios.empty()) {
-            job->plan = plan_soft_tokens<T>(*model_, prompt, request.images, request.audios);
+            const auto fed_part = std::span<const std::int32_t>(prompt).subspan(in_cache);
+            job->plan = plan_soft_tokens<T>(*model_, fed_part, request.images, request.audios);
+            if (!job->plan.blocks.empty()) job->plan.blocks.insert(job->plan.blocks.begin(), in_cache, -1);
             job->has_soft = true;
             request.images.clear();  // embedded into the plan: the patches are no longer needed
             request.audios.clear();
         }
-        job->cacheable = !placeholders;
+        job->cacheable = !placeholders && std::none_of(prompt.begin(), prompt.end(), [&](std::int32_t id) { return model_->is_placeholder(id); });
 
         std::int64_t largest_block = 0;
         for (std::size_t i = 0, run = 0; i < job->plan.blocks.size(); ++i) {
@@ -482,7 +530,8 @@ private:
                 job = queue_.front().get();
             }
             if (static_cast<std::int32_t>(active_.size()) >= options_.max_sequences) return;
-            std::optional<std::size_t> match = options_.prefix_cache_entries ? longest_prefix(job->request.prompt) : std::nullopt;
+            std::optional<std::size_t> match =
+                options_.prefix_cache_entries && !job->resumed ? longest_prefix(job->request.prompt) : std::nullopt;
             if (options_.kv_bytes) {
                 if (reserved_ + job->reservation > options_.kv_bytes) return;  // waits for running requests to finish
                 while (reserved_ + prefix_bytes() + job->reservation > options_.kv_bytes) {
@@ -517,7 +566,11 @@ private:
     void start(Job& job, std::optional<std::size_t> match) {
         job.admitted = clock::now();
         job.result.stats.queue_seconds = std::chrono::duration<double>(job.admitted - job.submitted).count();
-        if (match) {
+        if (job.resumed) {
+            job.seq = adopt_sequence(job.resumed->cache, job.resumed->seq);
+            job.fed = job.resumed->cache.length(job.resumed->seq);
+            job.resumed.reset();  // its pages are the engine's now
+        } else if (match) {
             PrefixEntry& e = prefixes_[*match];
             job.seq = cache_.fork(e.seq);
             e.last_use = ++tick_;
@@ -540,6 +593,42 @@ private:
                 ++stats_.prefix_misses;
             }
         }
+    }
+
+    /// A new sequence of the engine's cache holding a copy of sequence `s` of `from` (a cache of
+    /// the same layout); nothing is left behind if a copy fails.
+    SeqId adopt_sequence(const KVCache<T>& from, SeqId s) {
+        const std::int64_t length = from.length(s);
+        const SeqId seq = cache_.add_sequence_of_length(length);
+        try {
+            for (const AttentionKind kind : kKVKinds) {
+                std::vector<std::byte> page(from.page_bytes(kind));
+                const auto [first, end] = from.held_slots(kind, length);
+                for (std::int64_t j = first; j < end; ++j) {
+                    from.export_page(s, kind, j, page);
+                    cache_.import_page(seq, kind, j, page);
+                }
+            }
+        } catch (...) {
+            cache_.remove_sequence(seq);
+            throw;
+        }
+        return seq;
+    }
+
+    /// Writes `job`'s conversation to its save_to file: its prompt (a resumed conversation
+    /// included) and sampled ids, the ids of those not in the cache (the last sampled id, not
+    /// yet fed), its random stream, and its pages.
+    void save(Job& job) {
+        std::vector<std::int32_t> history = job.request.prompt;
+        history.insert(history.end(), job.result.ids.begin(), job.result.ids.end());
+        const auto length = static_cast<std::size_t>(cache_.length(job.seq));
+        if (history.size() > length + 1)  // more than one id to feed: the prompt was cut short
+            throw InvalidArgument("engine: " + job.request.save_to.string() + ": not saved, the request finished after " +
+                                  std::to_string(job.fed) + " of its " + std::to_string(job.prompt_size()) + " prompt ids were prefilled");
+        const std::span<const std::int32_t> pending = std::span<const std::int32_t>(history).subspan(length);
+        const SessionRandomState random{true, job.request.options.sampling.seed, job.sampler->rng_state()};
+        detail::write_session_file(job.request.save_to, model_->config(), cache_, job.seq, history, pending, random, nullptr);
     }
 
     struct Chunk {
@@ -873,6 +962,16 @@ private:
             } catch (...) {
                 r.error = std::current_exception();
                 r.finish = FinishReason::Cancelled;
+            }
+        }
+        if (!job.request.save_to.empty() && !r.error) {
+            try {
+                if (!job.running)
+                    throw InvalidArgument("engine: " + job.request.save_to.string() + ": not saved, the request finished before it started");
+                save(job);
+                r.saved = true;
+            } catch (...) {
+                r.error = std::current_exception();
             }
         }
         if (job.running) {

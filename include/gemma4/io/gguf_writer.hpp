@@ -114,11 +114,20 @@ inline GgufKv gguf_string_array(std::string key, const std::vector<std::string>&
     return gguf_array(std::move(key), GgufValueType::String, v.size(), b);
 }
 
-/// The bytes of a GGUF v3 file holding `kvs` (in order) and `tensors` (data aligned to
-/// `alignment`; a `general.alignment` key, if wanted, is the caller's).
-inline std::string gguf_file_bytes(const std::vector<GgufKv>& kvs, const std::vector<GgufTensorOut>& tensors,
-                                   std::uint64_t alignment = GgufFile::kDefaultAlignment) {
-    using namespace gguf_bytes;
+/// One tensor's entry in a GGUF header: its name, dims (fastest first), type and data bytes.
+struct GgufTensorHeader {
+    std::string name;
+    std::vector<std::uint64_t> ne;
+    GgmlType type = GgmlType::F32;
+    std::uint64_t size_bytes = 0;
+};
+
+namespace gguf_bytes {
+
+/// The header of a GGUF v3 file, padded to `alignment` (where the data starts), and each
+/// tensor's data offset from there.
+inline std::string header(const std::vector<GgufKv>& kvs, const std::vector<GgufTensorHeader>& tensors, std::uint64_t alignment,
+                          std::vector<std::uint64_t>& offsets) {
     std::string out = "GGUF";
     put_u32(out, 3);
     put_u64(out, tensors.size());
@@ -130,7 +139,7 @@ inline std::string gguf_file_bytes(const std::vector<GgufKv>& kvs, const std::ve
     }
     const auto align = [&](std::uint64_t n) { return (n + alignment - 1) / alignment * alignment; };
     std::uint64_t offset = 0;
-    std::vector<std::uint64_t> offsets;
+    offsets.clear();
     for (const auto& t : tensors) {
         put_string(out, t.name);
         put_u32(out, static_cast<std::uint32_t>(t.ne.size()));
@@ -138,9 +147,22 @@ inline std::string gguf_file_bytes(const std::vector<GgufKv>& kvs, const std::ve
         put_u32(out, static_cast<std::uint32_t>(t.type));
         put_u64(out, offset);
         offsets.push_back(offset);
-        offset = align(offset + t.data.size());
+        offset = align(offset + t.size_bytes);
     }
     out.resize(static_cast<std::size_t>(align(out.size())), '\0');
+    return out;
+}
+
+}  // namespace gguf_bytes
+
+/// The bytes of a GGUF v3 file holding `kvs` (in order) and `tensors` (data aligned to
+/// `alignment`; a `general.alignment` key, if wanted, is the caller's).
+inline std::string gguf_file_bytes(const std::vector<GgufKv>& kvs, const std::vector<GgufTensorOut>& tensors,
+                                   std::uint64_t alignment = GgufFile::kDefaultAlignment) {
+    std::vector<GgufTensorHeader> headers;
+    for (const auto& t : tensors) headers.push_back({t.name, t.ne, t.type, t.data.size()});
+    std::vector<std::uint64_t> offsets;
+    std::string out = gguf_bytes::header(kvs, headers, alignment, offsets);
     const std::size_t data_start = out.size();
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         out.resize(static_cast<std::size_t>(data_start + offsets[i]), '\0');
@@ -155,6 +177,43 @@ inline void write_gguf(const std::filesystem::path& path, const std::vector<Gguf
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out) throw IoError(path.string() + ": cannot write");
+}
+
+/// Writes a GGUF file whose tensor data is produced while writing, so that a file larger than
+/// memory never exists in memory: `produce(i, write)` must pass tensor i's size_bytes bytes, in
+/// order, to `write(data, n)` (in as many pieces as it likes). Returns the file's size.
+/// IoError if the file cannot be written; InvalidArgument if a tensor's bytes do not add up.
+template <class Produce>
+std::uint64_t write_gguf_streaming(const std::filesystem::path& path, const std::vector<GgufKv>& kvs,
+                                   const std::vector<GgufTensorHeader>& tensors, Produce&& produce,
+                                   std::uint64_t alignment = GgufFile::kDefaultAlignment) {
+    std::vector<std::uint64_t> offsets;
+    const std::string head = gguf_bytes::header(kvs, tensors, alignment, offsets);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) throw IoError(path.string() + ": cannot open for writing");
+    out.write(head.data(), static_cast<std::streamsize>(head.size()));
+    std::uint64_t at = 0;  // bytes of data written
+    const std::string zeros(static_cast<std::size_t>(alignment), '\0');
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        out.write(zeros.data(), static_cast<std::streamsize>(offsets[i] - at));
+        at = offsets[i];
+        std::uint64_t written = 0;
+        produce(i, [&](const void* data, std::size_t n) {
+            if (written + n > tensors[i].size_bytes)
+                throw InvalidArgument("write_gguf_streaming: tensor '" + tensors[i].name + "' was given more than its " +
+                                      std::to_string(tensors[i].size_bytes) + " bytes");
+            out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+            written += n;
+        });
+        if (written != tensors[i].size_bytes)
+            throw InvalidArgument("write_gguf_streaming: tensor '" + tensors[i].name + "' was given " + std::to_string(written) +
+                                  " of its " + std::to_string(tensors[i].size_bytes) + " bytes");
+        at += written;
+        if (!out) throw IoError(path.string() + ": write failed");
+    }
+    out.flush();
+    if (!out) throw IoError(path.string() + ": write failed");
+    return head.size() + at;
 }
 
 /// The key/values and tensors of `f`, to be edited and written again.

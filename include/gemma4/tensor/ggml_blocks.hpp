@@ -190,6 +190,33 @@ inline void q4_0_to_q4_row(const std::byte* src, std::int64_t cols, std::byte* c
     }
 }
 
+/// The inverse of q8_0_to_q8_row: the first `cols` values (cols % 32 == 0) of a padded Q8 row as
+/// Q8_0 blocks (f16 scale, then 32 int8 codes). Lossless; the padding is dropped.
+inline void q8_row_to_q8_0(const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, std::byte* dst) {
+    for (std::int64_t b = 0; b < cols / kBlock32; ++b) {
+        std::byte* blk = dst + b * kQ8_0Bytes;
+        blk[0] = static_cast<std::byte>(scales[b] & 0xffu);
+        blk[1] = static_cast<std::byte>(scales[b] >> 8);
+        std::memcpy(blk + 2, codes + b * kBlock32, kBlock32);
+    }
+}
+
+/// The inverse of q4_0_to_q4_row: a padded Q4 row's first `cols` values as Q4_0 blocks, the
+/// nibbles moved unchanged. Lossless; the padding is dropped.
+inline void q4_row_to_q4_0(const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, std::byte* dst) {
+    const auto nibble = [&](std::int64_t i) {
+        const unsigned byte = std::to_integer<unsigned>(codes[quant::q4_byte(i)]);
+        return quant::q4_high(i) ? byte >> 4 : byte & 15u;
+    };
+    for (std::int64_t b = 0; b < cols / kBlock32; ++b) {
+        std::byte* blk = dst + b * kQ4_0Bytes;
+        blk[0] = static_cast<std::byte>(scales[b] & 0xffu);
+        blk[1] = static_cast<std::byte>(scales[b] >> 8);
+        for (std::int64_t j = 0; j < 16; ++j)
+            blk[2 + j] = static_cast<std::byte>(nibble(b * kBlock32 + j) | (nibble(b * kBlock32 + j + 16) << 4));
+    }
+}
+
 }  // namespace ggml
 }  // namespace GEMMA4_ABI
 }  // namespace gemma4

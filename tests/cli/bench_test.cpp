@@ -1,0 +1,97 @@
+// `gemma4 bench` at the tiny shapes: --weights q8_0 / q4_0 write a GGUF file, load it through the
+// GGUF loader and report the load apart from prefill and decode (and delete the file unless
+// --keep-gguf); the bytes read per decode step are labelled computed, and with --context the
+// K/V bytes read per step are counted from the cache geometry and grow with the context.
+#include <catch2/catch.hpp>
+
+#include <gemma4/io/gguf.hpp>
+#include <gemma4/model/random_checkpoint.hpp>
+
+#include "support/run_cli.hpp"
+#include "support/temp_dir.hpp"
+
+#include <nlohmann/json.hpp>
+
+using gemma4::test::run_cli;
+
+namespace {
+
+const std::string kTinyBench = "bench --config tiny --random-weights --bandwidth-mb 8 --threads 2 --prompt-tokens 12 --gen-tokens 4 --json ";
+
+nlohmann::json bench_json(const std::string& args) {
+    const auto r = run_cli(kTinyBench + args);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("bench --weights q8_0 / q4_0 loads a GGUF file it wrote, times the load, and deletes the file", "[cli][bench][gguf]") {
+    const auto dir = gemma4::test::temp_dir("cli_bench_gguf");
+    for (const std::string type : {"q8_0", "q4_0"}) {
+        INFO(type);
+        const nlohmann::json j = bench_json("--weights " + type + " --gguf-dir " + dir.string());
+        CHECK(j["weights"] == type);
+        CHECK(j["gguf_type"] == type);
+        CHECK(j["gguf_matches_in_memory"] == true);
+        CHECK(j["gguf_file_bytes"].get<double>() > 0);
+        CHECK(j["gguf_load_s"].get<double>() > 0);
+        CHECK(j["gguf_load_bytes_per_s"].get<double>() > 0);
+        CHECK(j["decode_tokens_per_s"].get<double>() > 0);
+        CHECK(std::filesystem::is_empty(dir));  // the scratch file is gone
+    }
+    // --keep-gguf keeps it, and it is a GGUF file of the tiny shapes with Q4_0 matrices.
+    const nlohmann::json kept = bench_json("--weights q4_0 --layers 2 --keep-gguf --gguf-dir " + dir.string());
+    const std::filesystem::path path = kept["gguf_path"].get<std::string>();
+    REQUIRE(std::filesystem::exists(path));
+    CHECK(std::filesystem::file_size(path) == kept["gguf_file_bytes"].get<std::uint64_t>());
+    const gemma4::GgufFile f(path);
+    CHECK(f.get_int("gemma4.block_count") == 2);
+    CHECK(f.find_tensor("blk.1.ffn_up.weight")->type == gemma4::GgmlType::Q4_0);
+    std::filesystem::remove(path);
+
+    const auto bad = run_cli(kTinyBench + "--weights int8 --keep-gguf");
+    CHECK(bad.status != 0);
+    CHECK(bad.err.find("--gguf-dir and --keep-gguf need --weights q8_0 or q4_0") != std::string::npos);
+}
+
+TEST_CASE("bench: bytes read per step are labelled computed; with --context the K/V read is counted and grows", "[cli][bench]") {
+    const nlohmann::json plain = bench_json("--weights int8");
+    CHECK(plain.contains("weight_bytes_per_step_computed"));
+    CHECK(plain.contains("weight_bytes_per_token_computed"));
+    CHECK(plain["bytes_read_per_step_computed"] == plain["weight_bytes_per_step_computed"]);
+    CHECK_FALSE(plain.contains("weight_bytes_per_token"));
+    CHECK_FALSE(plain.contains("kv_bytes_read_per_step_computed"));
+
+    const auto text = run_cli("bench --config tiny --random-weights --bandwidth-mb 8 --threads 2 --prompt-tokens 12 --gen-tokens 4 "
+                              "--weights int8 --context 64");
+    REQUIRE(text.status == 0);
+    CHECK(text.out.find("GB read per step (computed from the matrix sizes)") != std::string::npos);
+    CHECK(text.out.find("KV read") != std::string::npos);
+
+    // The tiny config: 4 sliding layers (window 8) and 2 full ones; float K/V.
+    const gemma4::Gemma4Config c = gemma4::tiny_config();
+    double last = 0;
+    for (const std::int64_t context : {16, 64, 256}) {
+        INFO("context " << context);
+        const nlohmann::json j = bench_json("--weights int8 --context " + std::to_string(context));
+        const double kv = j["kv_bytes_read_per_step_computed"].get<double>();
+        CHECK(kv > last);
+        last = kv;
+        CHECK(j["bytes_read_per_step_computed"].get<double>() == Approx(j["weight_bytes_per_step_computed"].get<double>() + kv));
+        // Steps at positions context .. context + 3: full layers see every position, sliding ones the window.
+        double expected = 0;
+        for (std::int64_t p = context; p < context + 4; ++p)
+            for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+                const auto g = c.layer(l);
+                const double seen = g.kind == gemma4::AttentionKind::Sliding ? static_cast<double>(std::min<std::int64_t>(p + 1, c.sliding_window))
+                                                                             : static_cast<double>(p + 1);
+                expected += seen * 2.0 * static_cast<double>(g.kv_dim()) * sizeof(float);
+            }
+        CHECK(kv == Approx(expected / 4));
+    }
+    // Int8 K/V read fewer bytes at the same context.
+    const nlohmann::json int8 = bench_json("--weights int8 --kv int8 --context 256");
+    CHECK(int8["kv_bytes_read_per_step_computed"].get<double>() < last / 2);
+}
