@@ -77,8 +77,8 @@ TEST_CASE("attention in spans equals a direct softmax over all keys", "[kernels]
 TEST_CASE("attention with the head dim and group as compile-time constants equals the runtime form bit for bit", "[kernels][attention]") {
     // The 12B's two geometries (sliding: d 256, 2 heads per kv head; full: d 512, 16), in float at
     // the level this machine runs (its own score and value passes) and at the baseline.
-    auto check = [](auto fixed_span, std::int64_t d, std::int64_t group, kernels::Isa isa) {
-        INFO("d " << d << " group " << group << " level " << kernels::isa_name(isa));
+    auto check = [](auto fixed_span, std::int64_t d, std::int64_t group, Isa isa) {
+        INFO("d " << d << " group " << group << " level " << isa_name(isa));
         const std::int64_t len = 301;
         Rng rng{static_cast<std::uint64_t>(d + group)};
         std::vector<float> q(static_cast<std::size_t>(group * d)), k(static_cast<std::size_t>(len * d)), v(k.size());
@@ -93,7 +93,7 @@ TEST_CASE("attention with the head dim and group as compile-time constants equal
         CHECK(a == b);
         CHECK(a[2] != 0.0f);
     };
-    for (const kernels::Isa isa : {kernels::Isa::Baseline, kernels::active_isa()}) {
+    for (const Isa isa : {Isa::Baseline, active_isa()}) {
         check([](auto... x) { kernels::attend_span<256, 2>(x...); }, 256, 2, isa);
         check([](auto... x) { kernels::attend_span<512, 16>(x...); }, 512, 16, isa);
     }

@@ -29,6 +29,8 @@
 // reads (every layer's visible positions, the window on sliding layers, times the cache's bytes
 // per position). The bandwidth fraction compares their sum per second with the measured read
 // bandwidth.
+// --fixed-config: the same run with Model<float, C>, the type compiled for the 12B's shapes at 6
+// or 48 layers (head dims, head groups and window as constants of the attention kernels).
 #include "../cli.hpp"
 #include "../probes.hpp"
 
@@ -50,6 +52,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -229,6 +232,20 @@ std::vector<V> parse_list(cli::Args& args, const std::string& name, const std::s
     return out;
 }
 
+/// The configurations --fixed-config compiles for: the 12B's text decoder at 6 and 48 layers.
+constexpr Gemma4Config text_decoder(std::int64_t layers) {
+    Gemma4Config c = with_layers(kGemma4_12B, layers);
+    c.has_vision = c.has_audio = false;
+    return c;
+}
+inline constexpr Gemma4Config k12B_6 = text_decoder(6), k12B_48 = text_decoder(48);
+/// And for tests: the tiny configuration's text decoder.
+inline constexpr Gemma4Config kTinyText = [] {
+    Gemma4Config c = tiny_config();
+    c.has_vision = c.has_audio = false;
+    return c;
+}();
+
 int run(cli::Args& args) {
     const std::string config_name = args.get("config").value_or("gemma-4-12b");
     const std::string weights = args.require("weights");
@@ -247,6 +264,7 @@ int run(cli::Args& args) {
     const auto gguf_dir = args.get("gguf-dir");
     const bool keep_gguf = args.flag("keep-gguf");
     const auto layers_opt = args.get("layers");
+    const bool fixed_config = args.flag("fixed-config");
     args.finish();
     std::vector<double> accepts;
     std::vector<std::int64_t> draft_lengths;
@@ -284,6 +302,8 @@ int run(cli::Args& args) {
         throw InvalidArgument("bench: --context plus --gen-tokens must be within max_position_embeddings (" +
                               std::to_string(c.max_position_embeddings) + ")");
     if (P > c.max_position_embeddings) throw InvalidArgument("bench: --prompt-tokens beyond max_position_embeddings");
+    if (fixed_config && ((config_name == "gemma-4-12b" ? layers != 6 && layers != 48 : layers != 6) || draft || gguf_type.size()))
+        throw InvalidArgument("bench: --fixed-config is compiled for the 12B's shapes at --layers 6 or 48 (tiny: 6), without --draft or a GGUF");
     auto say = [&](const std::string& s) {
         if (!json) std::fprintf(stderr, "%s\n", s.c_str());
     };
@@ -314,7 +334,15 @@ int run(cli::Args& args) {
     GgufRun gguf;
     ScratchFile scratch;
     scratch.keep = keep_gguf;
-    const Model<float> model = [&] {
+    // The runtime-configured model, or with --fixed-config the type compiled for these shapes.
+    std::optional<Model<float>> runtime_model;
+    std::optional<Model<float, k12B_6>> fixed_6;
+    std::optional<Model<float, k12B_48>> fixed_48;
+    std::optional<Model<float, kTinyText>> fixed_tiny;
+    if (fixed_config && config_name == "tiny") fixed_tiny.emplace(std::move(ck), ModelOptions{threads});
+    else if (fixed_config && layers == 6) fixed_6.emplace(std::move(ck), ModelOptions{threads});
+    else if (fixed_config) fixed_48.emplace(std::move(ck), ModelOptions{threads});
+    else runtime_model.emplace([&] {
         if (gguf_type.empty()) return Model<float>(std::move(ck), ModelOptions{threads});
         gguf.type = gguf_type;
         gguf.path = std::filesystem::path(gguf_dir.value_or(std::filesystem::temp_directory_path().string())) /
@@ -337,62 +365,75 @@ int run(cli::Args& args) {
         gguf.matches = greedy_run(loaded, check_prompt, 4).ids == gguf.ids;
         if (!gguf.matches) throw Error("bench: " + gguf.path.string() + " gives other greedy ids than the same weights in memory");
         return loaded;
-    }();
+    }());
 
-    // prefill: B sequences of P tokens, one step each
-    KVCache<float> cache = model.make_cache(KVCacheOptions{.kv_dtype = kv == "int8" ? KVDtype::Int8 : KVDtype::Float});
+    KVCache<float> cache = [&] {
+        const Gemma4Config& mc = runtime_model ? runtime_model->config() : c;
+        return KVCache<float>(mc, KVCacheOptions{.kv_dtype = kv == "int8" ? KVDtype::Int8 : KVDtype::Float});
+    }();
     std::vector<SeqId> seqs;
     std::vector<std::vector<std::int32_t>> prompts;
     const std::int64_t alone = B > 1 && context == 0 ? 1 : 0;  // the sequence decoding alone, after the batch's
-    for (std::int64_t b = 0; b < B + alone; ++b) {
-        seqs.push_back(cache.add_sequence());
-        prompts.push_back(plain_ids(P, b));
-    }
-    {  // warm-up: threads, thread-local buffers, first touch of the weights
-        KVCache<float> warm = model.make_cache();
-        const SeqId s = warm.add_sequence();
-        const std::int32_t id[2] = {2, 3};
-        model.forward(std::span<const std::int32_t>(id, 2), warm, s, LogitsMode::Last);
-    }
     double prefill_s = 0, prefill_flops = 0, fill_s = 0;
     std::vector<float> last_hidden;  // the first sequence's final-normed state after its prompt
-    if (context > 0) {
-        say("filling the KV cache with " + std::to_string(context) + " random positions per sequence ...");
-        t0 = Clock::now();
-        fill_cache(c, cache, seqs, context);
-        fill_s = seconds_since(t0);
-    } else {
-        say("prefill " + std::to_string(P) + " tokens ...");
-        t0 = Clock::now();
-        for (std::int64_t b = 0; b < B; ++b) {
-            const Logits<float> l = model.forward(prompts[static_cast<std::size_t>(b)], cache, seqs[static_cast<std::size_t>(b)], LogitsMode::Last);
-            if (b == 0) last_hidden = l.hidden;
-        }
-        prefill_s = seconds_since(t0);
-        prefill_flops = static_cast<double>(B) * step_flops(c, P, 1, 0);
-    }
-    const std::size_t kv_bytes = cache.bytes_in_use();
-    if (alone) model.forward(prompts[static_cast<std::size_t>(B)], cache, seqs[static_cast<std::size_t>(B)], LogitsMode::Last);
-
-    say("decode " + std::to_string(G) + " steps of " + std::to_string(B) + " sequence(s) ...");
-    std::vector<std::int32_t> next(static_cast<std::size_t>(B + alone));
+    std::size_t kv_bytes = 0;
     double decode_s = 0, alone_s = 0;
-    for (std::int64_t g = 0; g < G; ++g) {
-        std::vector<SequenceChunk> step;
+    unsigned pool_size = 0;
+    const auto time_steps = [&](const auto& model) {
+        pool_size = model.pool().size();
+        // prefill: B sequences of P tokens, one step each
         for (std::int64_t b = 0; b < B + alone; ++b) {
-            next[static_cast<std::size_t>(b)] = static_cast<std::int32_t>((g * 31 + b * 17 + 5) % c.vocab_size);
-            if (model.is_placeholder(next[static_cast<std::size_t>(b)])) next[static_cast<std::size_t>(b)] = c.tokens.bos;
-            step.push_back({seqs[static_cast<std::size_t>(b)], std::span<const std::int32_t>(&next[static_cast<std::size_t>(b)], 1)});
+            seqs.push_back(cache.add_sequence());
+            prompts.push_back(plain_ids(P, b));
         }
-        t0 = Clock::now();
-        model.forward(std::span<const SequenceChunk>(step.data(), static_cast<std::size_t>(B)), cache, LogitsMode::Last);
-        decode_s += seconds_since(t0);
-        if (alone) {
+        {  // warm-up: threads, thread-local buffers, first touch of the weights
+            KVCache<float> warm = model.make_cache();
+            const SeqId s = warm.add_sequence();
+            const std::int32_t id[2] = {2, 3};
+            model.forward(std::span<const std::int32_t>(id, 2), warm, s, LogitsMode::Last);
+        }
+        if (context > 0) {
+            say("filling the KV cache with " + std::to_string(context) + " random positions per sequence ...");
             t0 = Clock::now();
-            model.forward(std::span<const SequenceChunk>(&step.back(), 1), cache, LogitsMode::Last);
-            alone_s += seconds_since(t0);
+            fill_cache(c, cache, seqs, context);
+            fill_s = seconds_since(t0);
+        } else {
+            say("prefill " + std::to_string(P) + " tokens ...");
+            t0 = Clock::now();
+            for (std::int64_t b = 0; b < B; ++b) {
+                const Logits<float> l = model.forward(prompts[static_cast<std::size_t>(b)], cache, seqs[static_cast<std::size_t>(b)], LogitsMode::Last);
+                if (b == 0) last_hidden = l.hidden;
+            }
+            prefill_s = seconds_since(t0);
+            prefill_flops = static_cast<double>(B) * step_flops(c, P, 1, 0);
         }
-    }
+        kv_bytes = cache.bytes_in_use();
+        if (alone) model.forward(prompts[static_cast<std::size_t>(B)], cache, seqs[static_cast<std::size_t>(B)], LogitsMode::Last);
+
+        say("decode " + std::to_string(G) + " steps of " + std::to_string(B) + " sequence(s) ...");
+        std::vector<std::int32_t> next(static_cast<std::size_t>(B + alone));
+        for (std::int64_t g = 0; g < G; ++g) {
+            std::vector<SequenceChunk> step;
+            for (std::int64_t b = 0; b < B + alone; ++b) {
+                next[static_cast<std::size_t>(b)] = static_cast<std::int32_t>((g * 31 + b * 17 + 5) % c.vocab_size);
+                if (model.is_placeholder(next[static_cast<std::size_t>(b)])) next[static_cast<std::size_t>(b)] = c.tokens.bos;
+                step.push_back({seqs[static_cast<std::size_t>(b)], std::span<const std::int32_t>(&next[static_cast<std::size_t>(b)], 1)});
+            }
+            t0 = Clock::now();
+            model.forward(std::span<const SequenceChunk>(step.data(), static_cast<std::size_t>(B)), cache, LogitsMode::Last);
+            decode_s += seconds_since(t0);
+            if (alone) {
+                t0 = Clock::now();
+                model.forward(std::span<const SequenceChunk>(&step.back(), 1), cache, LogitsMode::Last);
+                alone_s += seconds_since(t0);
+            }
+        }
+    };
+    if (fixed_tiny) time_steps(*fixed_tiny);
+    else if (fixed_6) time_steps(*fixed_6);
+    else if (fixed_48) time_steps(*fixed_48);
+    else time_steps(*runtime_model);
+    const Model<float>* runtime = runtime_model ? &*runtime_model : nullptr;
 
     // The assistant drafts from the first sequence's state after its prompt (before decoding).
     double assistant_s = 0;
@@ -402,15 +443,15 @@ int run(cli::Args& args) {
         const auto scratch = std::filesystem::temp_directory_path() / ("gemma4-bench-assistant-" + std::to_string(::getpid()));
         say("writing a random 12B assistant to " + scratch.string() + " and loading it as " + weights + " ...");
         write_random_assistant_checkpoint(scratch, gemma4_12b_assistant_config(), {.seed = 3});
-        const Assistant<float> assistant = Assistant<float>::load(scratch, model, ModelOptions{threads}, LoadOptions{.format = *format});
+        const Assistant<float> assistant = Assistant<float>::load(scratch, *runtime, ModelOptions{threads}, LoadOptions{.format = *format});
         std::filesystem::remove_all(scratch);
         AssistantWeights views = assistant.weights();  // views: a cheap copy
         for (const WeightView* w : assistant_matrices(views)) assistant_bytes += w->size_bytes + w->scale_bytes();
         const AssistantSeed<float> seed{seqs[0], 5, last_hidden};
-        assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), model, cache, 1, 0.0);  // warm-up
+        assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), *runtime, cache, 1, 0.0);  // warm-up
         for (const std::int64_t k : draft_lengths) {
             t0 = Clock::now();
-            assistant_ids += static_cast<std::int64_t>(assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), model, cache, k, 0.0)[0].size());
+            assistant_ids += static_cast<std::int64_t>(assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), *runtime, cache, k, 0.0)[0].size());
             assistant_s += seconds_since(t0);
         }
     }
@@ -419,7 +460,7 @@ int run(cli::Args& args) {
     if (draft == "oracle") {
         say("speculative decoding: " + std::to_string(accepts.size() * draft_lengths.size()) + " runs of " + std::to_string(G) +
             " ids, each next to a plain run ...");
-        speculative = speculative_bench(model, prompts[0], G, accepts, draft_lengths);
+        speculative = speculative_bench(*runtime, prompts[0], G, accepts, draft_lengths);
     }
 
     const double prefill_tps = prefill_s > 0 ? static_cast<double>(B * P) / prefill_s : 0.0;
@@ -437,7 +478,8 @@ int run(cli::Args& args) {
     nlohmann::json j{{"config", config_name},
                      {"weights", weights},
                      {"layers", layers},
-                     {"threads", model.pool().size()},
+                     {"fixed_config", fixed_config},
+                     {"threads", pool_size},
                      {"prompt_tokens", P},
                      {"gen_tokens", G},
                      {"prefill_tokens_per_s", prefill_tps},
@@ -506,7 +548,7 @@ int run(cli::Args& args) {
         return 0;
     }
     std::printf("%s, %s weights, %lld layers, %u threads, level %s (q8/q4 %s, bf16 %s, attention %s)\n", cpu_model().c_str(), weights.c_str(),
-                static_cast<long long>(layers), model.pool().size(), std::string(isa_name(active_isa())).c_str(), kernels.quant.c_str(),
+                static_cast<long long>(layers), pool_size, std::string(isa_name(active_isa())).c_str(), kernels.quant.c_str(),
                 kernels.bf16.c_str(), kernels.attention.c_str());
     const double peak = int8_kernels ? peak_int8 : peak_fma;
     std::printf("prefill   %8.2f tok/s   (%lld tokens x %lld, %.1f GFLOP/s = %.0f%% of the %s peak %.1f G/s)\n", prefill_tps,
@@ -553,6 +595,7 @@ const cli::Command reg{"bench", "prefill/decode speed with random weights at the
                            {"random-weights", "", "generate the weights in memory (the only mode; must be given)"},
                            {"config", "NAME", "model shapes: gemma-4-12b (the default) or tiny (6 layers, for tests)"},
                            {"layers", "N", "decoder layers, 1 to the config's (default: all, 48 for the 12B)"},
+                           {"fixed-config", "", "run Model<float, C>, compiled for the 12B's shapes (--layers 6 or 48): head dims, groups and window as constants"},
                            {"prompt-tokens", "N", "prompt length of each sequence (default: 128)"},
                            {"gen-tokens", "N", "decode steps timed (default: 16)"},
                            {"batch", "B", "sequences decoding together (default: 1)"},
