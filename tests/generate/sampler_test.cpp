@@ -71,7 +71,7 @@ TEST_CASE("the generator is xoshiro256** seeded by splitmix64", "[sampler]") {
     CHECK(forty_two.next() == 0x15780b2e0c2ec716ull);
 }
 
-TEST_CASE("uniform() is the top 53 bits of the next output over 2^53, spread evenly over [0, 1)", "[sampler]") {
+TEST_CASE("uniform() is the top 53 bits of the next output over 2^53, spread evenly between 0 and 1", "[sampler]") {
     constexpr double kTwoTo53 = 9007199254740992.0;
     // The first outputs of seed 0 (above), as uniforms: exact, since 53 bits fit a double.
     gemma4::detail::Xoshiro256 zero(0);
