@@ -1,7 +1,8 @@
 # Fails when a test case name of the Catch2 executable EXE would not survive catch_discover_tests.
 # The discovered names pass through CMake lists, which split at ';' and do not split after an
-# unclosed '[': such a test would be registered under other names that match no test case, and
-# ctest would report those as passed while the test never runs.
+# unclosed '[': such a test would be registered under other names that match no test case. A name
+# starting with '-' is read by the executable as an option (--help prints the usage and exits 0).
+# Either way ctest would report a pass while the test never runs.
 execute_process(COMMAND "${EXE}" --list-test-names-only OUTPUT_VARIABLE out)
 string(LENGTH "${out}" length)
 if(length EQUAL 0)
@@ -24,7 +25,9 @@ foreach(i RANGE ${last})
     continue()
   endif()
   string(APPEND line "${c}")
-  if(c STREQUAL ";")
+  if(c STREQUAL "-" AND line STREQUAL "-")
+    set(flawed TRUE)
+  elseif(c STREQUAL ";")
     set(flawed TRUE)
   elseif(c STREQUAL "[")
     math(EXPR depth "${depth} + 1")
@@ -36,5 +39,5 @@ foreach(i RANGE ${last})
   endif()
 endforeach()
 if(NOT bad STREQUAL "")
-  message(FATAL_ERROR "test case names with ';' or unbalanced brackets (ctest would not run them):${bad}")
+  message(FATAL_ERROR "test case names with ';', unbalanced brackets or a leading '-' (ctest would not run them):${bad}")
 endif()
