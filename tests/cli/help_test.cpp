@@ -104,7 +104,7 @@ TEST_CASE("every command answers --help and -h with its summary and its options"
     }
 }
 
-TEST_CASE("--help wins over the other options, even wrong ones", "[cli][help]") {
+TEST_CASE("the --help option wins over the other options, even wrong ones", "[cli][help]") {
     for (const std::string args : {"generate --model /nonexistent --help", "generate --no-such-option --help",
                                    "logits -h --tokens", "make-tiny --out --help"}) {
         INFO(args);

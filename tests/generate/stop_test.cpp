@@ -92,7 +92,7 @@ TEST_CASE("held text is released when it stops looking like a stop string", "[st
     CHECK(step.stop_index == 1);
 }
 
-TEST_CASE("the first stop to complete wins; on a tie the one starting earlier", "[stop]") {
+TEST_CASE("the first stop to complete wins, on a tie the one starting earlier", "[stop]") {
     StopMatcher inner({"abcd", "c"});
     auto step = inner.feed("xxabcd");
     CHECK(step.text == "xxab");

@@ -8,10 +8,13 @@
 
 #include "support/temp_dir.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernel_test_support.hpp"
+#include "support/skip.hpp"
 
 using namespace gemma4;
 using gemma4::test::Rng;
@@ -32,46 +35,80 @@ std::vector<std::int32_t> ids_for(std::int64_t n, std::int64_t vocab, std::uint3
 
 }  // namespace
 
-TEST_CASE("attention in spans equals a direct softmax over all keys", "[kernels][attention]") {
-  // (24, 3): the per-key value pass; (64, 5): the register-blocked one, with a partial head block;
-  // (32, 2): score blocks of two heads (the sliding layers' group)
-  for (const auto& shape : std::vector<std::pair<std::int64_t, std::int64_t>>{{24, 3}, {64, 5}, {32, 2}})
+namespace {
+
+/// attend_span over fixed spans of `len` keys, then merge_spans, in T at level `isa`, against a
+/// direct softmax in double; every output within `tol`.
+template <class T>
+void check_attention_spans(const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes, Isa isa, double tol) {
+  for (const auto& shape : shapes)
     for (std::int64_t len : std::vector<std::int64_t>{1, 7, kernels::kAttnSpan, kernels::kAttnSpan + 1, 2 * kernels::kAttnSpan + 333}) {
         const std::int64_t d = shape.first, group = shape.second;
-        INFO("keys " << len << " d " << d << " group " << group);
+        INFO("keys " << len << " d " << d << " group " << group << " level " << isa_name(isa));
         Rng rng{static_cast<std::uint64_t>(len)};
-        std::vector<double> q(static_cast<std::size_t>(group * d)), k(static_cast<std::size_t>(len * d)), v(k.size());
-        for (auto& x : q) x = 2 * rng.uniform();
-        for (auto& x : k) x = rng.uniform();
-        for (auto& x : v) x = rng.uniform();
+        std::vector<T> q(static_cast<std::size_t>(group * d)), k(static_cast<std::size_t>(len * d)), v(k.size());
+        for (auto& x : q) x = static_cast<T>(2 * rng.uniform());
+        for (auto& x : k) x = static_cast<T>(rng.uniform());
+        for (auto& x : v) x = static_cast<T>(rng.uniform());
         // spans as attn.core cuts them: fixed absolute boundaries
-        std::vector<double> parts, scores;
+        std::vector<T> parts, scores;
         std::int64_t count = 0;
         for (std::int64_t j0 = 0; j0 < len; ++count) {
             const std::int64_t j1 = std::min(len - 1, (j0 / kernels::kAttnSpan + 1) * kernels::kAttnSpan - 1);
             scores.resize(static_cast<std::size_t>(group * (j1 - j0 + 1)));
             parts.resize(static_cast<std::size_t>((count + 1) * group * (d + 2)));
             kernels::attend_span(
-                q.data(), group, d, j0, j1, [&](std::int64_t j) { return k.data() + j * d; },
-                [&](std::int64_t j) { return v.data() + j * d; }, scores.data(), parts.data() + count * group * (d + 2));
+                q.data(), group, d, j0, j1, [&](std::int64_t j) { return static_cast<const T*>(k.data() + j * d); },
+                [&](std::int64_t j) { return static_cast<const T*>(v.data() + j * d); }, scores.data(), parts.data() + count * group * (d + 2), isa);
             j0 = j1 + 1;
         }
         for (std::int64_t h = 0; h < group; ++h) {
-            std::vector<double> out(static_cast<std::size_t>(d)), s(static_cast<std::size_t>(len)), ref(static_cast<std::size_t>(d), 0.0);
+            std::vector<T> out(static_cast<std::size_t>(d));
+            std::vector<double> s(static_cast<std::size_t>(len)), ref(static_cast<std::size_t>(d), 0.0);
             kernels::merge_spans(parts.data() + h * (d + 2), count, group * (d + 2), d, out.data());
             double mx = -1e300, sum = 0;
             for (std::int64_t j = 0; j < len; ++j) {
                 double dot = 0;
-                for (std::int64_t i = 0; i < d; ++i) dot += q[static_cast<std::size_t>(h * d + i)] * k[static_cast<std::size_t>(j * d + i)];
+                for (std::int64_t i = 0; i < d; ++i)
+                    dot += static_cast<double>(q[static_cast<std::size_t>(h * d + i)]) * static_cast<double>(k[static_cast<std::size_t>(j * d + i)]);
                 s[static_cast<std::size_t>(j)] = dot;
                 mx = std::max(mx, dot);
             }
             for (auto& x : s) sum += (x = std::exp(x - mx));
             for (std::int64_t j = 0; j < len; ++j)
-                for (std::int64_t i = 0; i < d; ++i) ref[static_cast<std::size_t>(i)] += s[static_cast<std::size_t>(j)] / sum * v[static_cast<std::size_t>(j * d + i)];
-            for (std::int64_t i = 0; i < d; ++i) CHECK(std::fabs(out[static_cast<std::size_t>(i)] - ref[static_cast<std::size_t>(i)]) <= 1e-13);
+                for (std::int64_t i = 0; i < d; ++i)
+                    ref[static_cast<std::size_t>(i)] += s[static_cast<std::size_t>(j)] / sum * static_cast<double>(v[static_cast<std::size_t>(j * d + i)]);
+            std::int64_t bad = 0;
+            for (std::int64_t i = 0; i < d; ++i) bad += !(std::fabs(static_cast<double>(out[static_cast<std::size_t>(i)]) - ref[static_cast<std::size_t>(i)]) <= tol);
+            CHECK(bad == 0);
         }
     }
+}
+
+/// Float shapes: (64, 2) the sliding layers' group of two (per-key value pass), (128, 16) the
+/// full layers' (register-blocked value pass), (256, 4), (64, 5) a partial head block.
+const std::vector<std::pair<std::int64_t, std::int64_t>> kFloatAttentionShapes{{64, 2}, {128, 16}, {256, 4}, {64, 5}};
+constexpr double kFloatAttentionTol = 1e-4;
+
+}  // namespace
+
+TEST_CASE("attention in spans equals a direct softmax over all keys", "[kernels][attention]") {
+    // (24, 3): the per-key value pass; (64, 5): the register-blocked one, with a partial head block;
+    // (32, 2): score blocks of two heads (the sliding layers' group)
+    check_attention_spans<double>({{24, 3}, {64, 5}, {32, 2}}, Isa::Baseline, 1e-13);
+    check_attention_spans<float>(kFloatAttentionShapes, Isa::Baseline, kFloatAttentionTol);
+}
+
+// The float score and value passes of each vector level, one test case per level (ctest lists a
+// level this machine cannot run as skipped).
+TEST_CASE("avx2 path: float attention in spans equals a direct softmax", "[kernels][attention][isa][avx2]") {
+    if (const auto why = test::level_unavailable(Isa::Avx2); !why.empty()) GEMMA4_SKIP(why);
+    check_attention_spans<float>(kFloatAttentionShapes, Isa::Avx2, kFloatAttentionTol);
+}
+
+TEST_CASE("avx512 path: float attention in spans equals a direct softmax", "[kernels][attention][isa][avx512]") {
+    if (const auto why = test::level_unavailable(Isa::Avx512); !why.empty()) GEMMA4_SKIP(why);
+    check_attention_spans<float>(kFloatAttentionShapes, Isa::Avx512, kFloatAttentionTol);
 }
 
 TEST_CASE("attention with the head dim and group as compile-time constants equals the runtime form bit for bit", "[kernels][attention]") {

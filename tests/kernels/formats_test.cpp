@@ -9,6 +9,7 @@
 
 #include "support/temp_dir.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -98,31 +99,73 @@ TEST_CASE("logits quality of each weight format against the double path", "[form
     }
 }
 
+namespace {
+
+/// The values format `t` (Q8 or Q4) holds for one row of source values `x`, worked out here from
+/// docs/checkpoint-formats.md rather than with the library's encoder: per block of 32, the scale
+/// is max|x| / max_code rounded to f16, each code is x / scale rounded to nearest (ties to even)
+/// and clamped to ±max_code, and the value is code × scale.
+std::vector<double> expected_quantized_row(DType t, const std::vector<float>& x) {
+    const int max_code = t == DType::Q4 ? 7 : 127;
+    std::vector<double> out(x.size());
+    for (std::size_t b0 = 0; b0 < x.size(); b0 += 32) {
+        const std::size_t b1 = std::min(x.size(), b0 + 32);
+        float amax = 0;
+        for (std::size_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float scale = f16_to_float(float_to_f16(std::min(amax / static_cast<float>(max_code), 65504.0f)));
+        const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+        for (std::size_t i = b0; i < b1; ++i) {
+            const int code = std::clamp(static_cast<int>(std::nearbyint(x[i] * inverse)), -max_code, max_code);
+            out[i] = static_cast<double>(code) * static_cast<double>(scale);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
 TEST_CASE("the double path dequantizes quantized weights exactly", "[formats]") {
     const auto dir = test::temp_dir("formats_double");
     write_random_checkpoint(dir, tiny_config(), {.seed = 6, .dtype = DType::BF16});
+    const Checkpoint source = load_checkpoint(dir);  // bf16, as written
+    ModelWeights sw = source.weights;
+    const auto ms = big_matrices(sw);
     for (WeightFormat f : {WeightFormat::Int8, WeightFormat::Int4}) {
         INFO(weight_format_name(f));
         const Checkpoint q = load_checkpoint_as(dir, {.format = f});
-        // The same model with every quantized matrix replaced by its values, code · scale,
-        // computed here from the stored rows and held as f64.
+        // Every element the double path reads from a quantized matrix equals code × scale
+        // worked out from the source value; the same model with its matrices replaced by those
+        // values (f64) then gives the same logits.
         Checkpoint exact = q;
         ModelWeights qw = q.weights;
         const auto mq = big_matrices(qw), me = big_matrices(exact.weights);
         REQUIRE(mq.size() == me.size());
+        REQUIRE(mq.size() == ms.size());
         std::deque<std::vector<double>> values;
+        std::int64_t checked = 0, wrong = 0, nonzero = 0;
         for (std::size_t i = 0; i < mq.size(); ++i) {
             const WeightView& v = *mq[i];
+            const WeightView& s = *ms[i];
+            INFO(v.name);
             REQUIRE(v.dtype == format_dtype(f));
+            REQUIRE(s.dtype == DType::BF16);
+            REQUIRE(v.shape == s.shape);
             const std::int64_t rows = v.rows(), cols = v.cols();
-            std::vector<std::byte> codes(static_cast<std::size_t>(quant::row_bytes(v.dtype, cols)));
-            std::vector<std::uint16_t> scales(static_cast<std::size_t>(quant::blocks_per_row(cols)));
             auto& out = values.emplace_back(static_cast<std::size_t>(rows * cols));
+            std::vector<float> x(static_cast<std::size_t>(cols));
+            std::vector<double> got(static_cast<std::size_t>(cols));
             for (std::int64_t r = 0; r < rows; ++r) {
-                v.quant_row(r, codes.data(), scales.data());
-                for (std::int64_t c = 0; c < cols; ++c)
-                    out[static_cast<std::size_t>(r * cols + c)] =
-                        static_cast<double>(quant::code_at(v.dtype, codes.data(), c)) * static_cast<double>(f16_to_float(scales[static_cast<std::size_t>(c / quant::kBlock)]));
+                for (std::int64_t c = 0; c < cols; ++c) x[static_cast<std::size_t>(c)] = s.at<float>(r * cols + c);
+                const std::vector<double> want = expected_quantized_row(v.dtype, x);
+                detail::load_row<double>(v, r, got.data());
+                for (std::int64_t c = 0; c < cols; ++c) {
+                    const auto k = static_cast<std::size_t>(c);
+                    if (got[k] != want[k] && wrong++ < 5)
+                        FAIL_CHECK(v.name << " [" << r << ", " << c << "]: " << got[k] << ", expected " << want[k] << " (source " << x[k] << ")");
+                    nonzero += want[k] != 0;
+                    ++checked;
+                    out[static_cast<std::size_t>(r * cols) + k] = want[k];
+                }
             }
             WeightView& e = *me[i];
             e.dtype = DType::F64;
@@ -130,6 +173,11 @@ TEST_CASE("the double path dequantizes quantized weights exactly", "[formats]") 
             e.size_bytes = out.size() * sizeof(double);
             e.scales = nullptr;
         }
+        std::int64_t elements = 0;
+        for (const WeightView* v : ms) elements += v->numel();
+        CHECK(checked == elements);
+        CHECK(wrong == 0);
+        CHECK(nonzero > checked / 2);
         const Model<double> quantized(q, ModelOptions{1}), reference(exact, ModelOptions{1});
         CHECK(quantized.embed_scale() == 8.0);  // √64, rounded to the original bf16
         const std::vector<std::int32_t> ids{1, 2, 3, 17, 5};

@@ -242,28 +242,3 @@ TEST_CASE("bad forward inputs are clear errors", "[model][errors]") {
     REQUIRE_THROWS_WITH(model.forward(one_more, cache, 7), Catch::Contains("no live sequence 7"));
 }
 
-namespace {
-
-/// Threads of this process now (Linux: /proc/self/task).
-std::size_t thread_count() {
-    std::size_t n = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-    return n;
-}
-
-}  // namespace
-
-TEST_CASE("re-encoding at load runs on the model's thread count", "[model][threads]") {
-    const auto dir = test::temp_dir("model_load_threads");
-    write_random_checkpoint(dir, tiny_config(), {.seed = 8, .dtype = DType::BF16});
-    const std::size_t before = thread_count();
-    for (unsigned threads : {1u, 3u}) {
-        INFO("n_threads " << threads);
-        std::size_t during = 0;
-        LoadOptions load{.format = WeightFormat::Int8};
-        load.progress = [&](std::size_t, std::size_t, const std::string&) { during = std::max(during, thread_count()); };
-        const auto m = Model<float>::load(dir, {.n_threads = threads}, load);
-        CHECK(during == before + threads - 1);  // the pool's workers beside this thread
-        CHECK(m.pool().size() == threads);
-    }
-}

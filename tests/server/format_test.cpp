@@ -153,7 +153,7 @@ TEST_CASE("a malformed or unfinished call stays content, markers and all", "[ser
     CHECK(r.content == "a ");
 }
 
-TEST_CASE("a channel header is a short name and a newline; without one the text is reasoning, whole or in pieces", "[server][reply]") {
+TEST_CASE("a channel header is a short name and a newline, without one the text is reasoning, whole or in pieces", "[server][reply]") {
     const std::string long_name(80, 'x');
     for (const std::string& text : std::vector<std::string>{"<|channel>thought\nhmm<channel|>yes", "<|channel>" + long_name + "\nhmm<channel|>yes",
                                                             "<|channel>no header<channel|>yes", "<|channel>unfinished"}) {

@@ -124,39 +124,19 @@ public:
     };
 
     Assistant(AssistantCheckpoint checkpoint, const Gemma4Config& target, ModelOptions options = {})
-        : ck_(std::move(checkpoint)), pool_(std::make_unique<ThreadPool>(options.n_threads)) {
-        sources_ = check_assistant_fits(ck_.config, target, (ck_.directory.empty() ? std::string("config.json") : (ck_.directory / "config.json").string()));
-        const Gemma4Config& c = ck_.config.text;
-        matrices_to_panels(assistant_matrices(ck_.weights), ck_.weights.storage, *pool_);
-        for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-            const LayerWeights& w = ck_.weights.layers[static_cast<std::size_t>(i)];
-            const LayerGeometry g = c.layer(i);
-            layers_.push_back(Layer{g,
-                                    g.kind == AttentionKind::Sliding ? sources_.sliding : sources_.full,
-                                    RMSNorm<T>(w.input_layernorm, c.rms_norm_eps),
-                                    RMSNorm<T>(w.q_norm, c.rms_norm_eps),
-                                    RMSNorm<T>(w.post_attention_layernorm, c.rms_norm_eps),
-                                    RMSNorm<T>(w.pre_feedforward_layernorm, c.rms_norm_eps),
-                                    RMSNorm<T>(w.post_feedforward_layernorm, c.rms_norm_eps),
-                                    w.q_proj,
-                                    w.o_proj,
-                                    w.gate_proj,
-                                    w.up_proj,
-                                    w.down_proj,
-                                    rope_inverse_frequencies<T>(g),
-                                    w.layer_scalar.template at<T>(0)});
-        }
-        final_norm_ = RMSNorm<T>(ck_.weights.norm, c.rms_norm_eps);
-    }
+        : Assistant(std::move(checkpoint), target, std::make_unique<ThreadPool>(options.n_threads)) {}
 
     /// Loads an assistant checkpoint directory for a target of config `target`; re-encoding at
-    /// load runs on options.n_threads threads unless `load` names its own.
+    /// load runs on the assistant's own pool of options.n_threads threads, unless `load` names a
+    /// pool or a thread count of its own.
     static Assistant load(const std::filesystem::path& dir, const Gemma4Config& target, ModelOptions options = {}, LoadOptions load = {}) {
-        if (load.n_threads == 0) load.n_threads = options.n_threads;
         // A mismatch is reported before any tensor is mapped or re-encoded.
         if (std::filesystem::is_directory(dir) && std::filesystem::exists(dir / "config.json"))
             check_assistant_fits(load_assistant_config(dir / "config.json"), target, (dir / "config.json").string());
-        return Assistant(load_assistant_checkpoint(dir, load), target, options);
+        auto pool = std::make_unique<ThreadPool>(options.n_threads);
+        if (!load.pool && load.n_threads == 0) load.pool = pool.get();
+        AssistantCheckpoint ck = load_assistant_checkpoint(dir, load);
+        return Assistant(std::move(ck), target, std::move(pool));
     }
 
     /// The same for the target model itself.
@@ -361,6 +341,32 @@ private:
         tap(obs, l, "post_ffn_norm", h.data(), n, H, H);
         kernels::scaled_residual_add(x, h.data(), ly.layer_scalar, n * H);
         tap(obs, l, "mlp_residual", x, n, H, H);
+    }
+
+    Assistant(AssistantCheckpoint checkpoint, const Gemma4Config& target, std::unique_ptr<ThreadPool> pool)
+        : ck_(std::move(checkpoint)), pool_(std::move(pool)) {
+        sources_ = check_assistant_fits(ck_.config, target, (ck_.directory.empty() ? std::string("config.json") : (ck_.directory / "config.json").string()));
+        const Gemma4Config& c = ck_.config.text;
+        matrices_to_panels(assistant_matrices(ck_.weights), ck_.weights.storage, *pool_);
+        for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+            const LayerWeights& w = ck_.weights.layers[static_cast<std::size_t>(i)];
+            const LayerGeometry g = c.layer(i);
+            layers_.push_back(Layer{g,
+                                    g.kind == AttentionKind::Sliding ? sources_.sliding : sources_.full,
+                                    RMSNorm<T>(w.input_layernorm, c.rms_norm_eps),
+                                    RMSNorm<T>(w.q_norm, c.rms_norm_eps),
+                                    RMSNorm<T>(w.post_attention_layernorm, c.rms_norm_eps),
+                                    RMSNorm<T>(w.pre_feedforward_layernorm, c.rms_norm_eps),
+                                    RMSNorm<T>(w.post_feedforward_layernorm, c.rms_norm_eps),
+                                    w.q_proj,
+                                    w.o_proj,
+                                    w.gate_proj,
+                                    w.up_proj,
+                                    w.down_proj,
+                                    rope_inverse_frequencies<T>(g),
+                                    w.layer_scalar.template at<T>(0)});
+        }
+        final_norm_ = RMSNorm<T>(ck_.weights.norm, c.rms_norm_eps);
     }
 
     AssistantCheckpoint ck_;

@@ -207,7 +207,8 @@ inline AssistantCheckpoint load_assistant_checkpoint(const std::filesystem::path
     const auto table = assistant_tensor_table(ck.config, ck.weights);
     detail::bind_tensors(*store, table, false, "the Gemma 4 assistant layout described by config.json");
     ck.weights.storage = store;
-    quantize_matrices(assistant_matrices(ck.weights), ck.weights.storage, options.format, options.progress, options.n_threads);
+    if (options.format != WeightFormat::AsStored)
+        quantize_matrices(assistant_matrices(ck.weights), ck.weights.storage, options.format, options.progress, *detail::LoadPool(options));
     return ck;
 }
 

@@ -11,6 +11,7 @@
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/json_file.hpp>
 #include <gemma4/io/safetensors.hpp>
+#include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/model/tensor_table.hpp>
 #include <gemma4/model/weights.hpp>
 #include <gemma4/tensor/quant.hpp>
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -102,11 +104,31 @@ struct LoadOptions {
     WeightFormat format = WeightFormat::AsStored;
     /// Progress of re-encoding at load (none when the checkpoint is already in `format`).
     QuantizeProgress progress{};
-    /// Threads that re-encode at load; 0: hardware concurrency (Model::load passes its own).
+    /// Threads that re-encode at load; 0: hardware concurrency. Ignored when `pool` is set.
     unsigned n_threads = 0;
+    /// The pool that re-encodes at load (it must outlive the call), or null for one of
+    /// `n_threads` made for the load. Model::load and Assistant::load pass the model's own, so
+    /// that loading runs on the threads the model was given and starts no others.
+    ThreadPool* pool = nullptr;
 };
 
 namespace detail {
+
+/// The pool of a load: `options.pool`, or one of `options.n_threads` threads owned for the load.
+class LoadPool {
+public:
+    explicit LoadPool(const LoadOptions& options) {
+        if (options.pool) pool_ = options.pool;
+        else pool_ = &owned_.emplace(options.n_threads);
+    }
+    LoadPool(const LoadPool&) = delete;
+    LoadPool& operator=(const LoadPool&) = delete;
+    ThreadPool& operator*() const { return *pool_; }
+
+private:
+    std::optional<ThreadPool> owned_;
+    ThreadPool* pool_;
+};
 
 /// The Q8/Q4 format of a quantized checkpoint (docs/checkpoint-formats.md), from the
 /// `__metadata__` of its files, which must agree; nullopt for a plain checkpoint.

@@ -283,7 +283,8 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
     ck.text_prefix = "model.";
     ck.config = gguf_config(f);
     const auto table = tensor_table(ck.config, ck.text_prefix, ck.weights);
-    ThreadPool pool(options.n_threads);
+    const detail::LoadPool load_pool(options);
+    ThreadPool& pool = *load_pool;
 
     std::set<std::string> used{"rope_freqs.weight"};
     for (const TensorSpec& spec : table) {

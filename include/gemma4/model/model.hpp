@@ -116,28 +116,15 @@ public:
     using Layer = std::variant<SlidingLayer, FullLayer>;
 
     explicit BasicModel(Checkpoint checkpoint, ModelOptions options = {})
-        : ck_(std::move(checkpoint)), pool_(std::make_unique<ThreadPool>(options.n_threads)), options_(options) {
-        const Gemma4Config& c = ck_.config;
-        const std::string where = ck_.directory.empty() ? std::string("model") : ck_.directory.string();
-        if constexpr (detail::is_fixed_layer<SlidingLayer>()) check_config_equals(*SlidingLayer::attention_type::fixed_config, c, where);
-        if constexpr (detail::is_fixed_layer<FullLayer>()) check_config_equals(*FullLayer::attention_type::fixed_config, c, where);
-        to_panels(ck_.weights, *pool_);  // a quantized checkpoint's rows, as the kernels read them
-        for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-            const int l = static_cast<int>(i);
-            const LayerWeights& w = ck_.weights.layers[static_cast<std::size_t>(i)];
-            if (c.layer_kind(i) == AttentionKind::Sliding) layers_.emplace_back(std::in_place_index<0>, c, l, w);
-            else layers_.emplace_back(std::in_place_index<1>, c, l, w);
-        }
-        final_norm_ = RMSNorm<T>(ck_.weights.norm, c.rms_norm_eps);
-        // Decision 1: √H rounded to the embedding table's storage dtype (bf16 → 62 for H = 3840).
-        embed_scale_ = static_cast<T>(round_to_dtype(std::sqrt(static_cast<double>(c.hidden_size)), ck_.weights.embed_tokens.value_dtype()));
-    }
+        : BasicModel(std::move(checkpoint), options, std::make_unique<ThreadPool>(options.n_threads)) {}
 
-    /// Loads a checkpoint directory; re-encoding at load runs on options.n_threads threads
-    /// unless `load` names its own.
+    /// Loads a checkpoint directory (or GGUF file); re-encoding at load runs on the model's own
+    /// pool of options.n_threads threads, unless `load` names a pool or a thread count of its own.
     static BasicModel load(const std::filesystem::path& dir, ModelOptions options = {}, LoadOptions load = {}) {
-        if (load.n_threads == 0) load.n_threads = options.n_threads;
-        return BasicModel(load_checkpoint_as(dir, load), options);
+        auto pool = std::make_unique<ThreadPool>(options.n_threads);
+        if (!load.pool && load.n_threads == 0) load.pool = pool.get();
+        Checkpoint ck = load_checkpoint_as(dir, load);
+        return BasicModel(std::move(ck), options, std::move(pool));
     }
 
     const Gemma4Config& config() const { return ck_.config; }
@@ -311,6 +298,24 @@ private:
                         throw InvalidArgument("forward: image block " + std::to_string(b) + " is not one contiguous run within one chunk");
                 }
         }
+    }
+
+    BasicModel(Checkpoint checkpoint, ModelOptions options, std::unique_ptr<ThreadPool> pool)
+        : ck_(std::move(checkpoint)), pool_(std::move(pool)), options_(options) {
+        const Gemma4Config& c = ck_.config;
+        const std::string where = ck_.directory.empty() ? std::string("model") : ck_.directory.string();
+        if constexpr (detail::is_fixed_layer<SlidingLayer>()) check_config_equals(*SlidingLayer::attention_type::fixed_config, c, where);
+        if constexpr (detail::is_fixed_layer<FullLayer>()) check_config_equals(*FullLayer::attention_type::fixed_config, c, where);
+        to_panels(ck_.weights, *pool_);  // a quantized checkpoint's rows, as the kernels read them
+        for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+            const int l = static_cast<int>(i);
+            const LayerWeights& w = ck_.weights.layers[static_cast<std::size_t>(i)];
+            if (c.layer_kind(i) == AttentionKind::Sliding) layers_.emplace_back(std::in_place_index<0>, c, l, w);
+            else layers_.emplace_back(std::in_place_index<1>, c, l, w);
+        }
+        final_norm_ = RMSNorm<T>(ck_.weights.norm, c.rms_norm_eps);
+        // Decision 1: √H rounded to the embedding table's storage dtype (bf16 → 62 for H = 3840).
+        embed_scale_ = static_cast<T>(round_to_dtype(std::sqrt(static_cast<double>(c.hidden_size)), ck_.weights.embed_tokens.value_dtype()));
     }
 
     Checkpoint ck_;

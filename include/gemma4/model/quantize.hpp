@@ -119,12 +119,11 @@ inline void to_panels(ModelWeights& w, ThreadPool& pool) { matrices_to_panels(bi
 /// are converted in parallel; the double path can still read the result (it dequantizes rows
 /// exactly).
 inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_ptr<const void>& storage, WeightFormat format,
-                              const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
+                              const QuantizeProgress& progress, ThreadPool& pool) {
     if (format == WeightFormat::AsStored) return;
     const DType target = format_dtype(format);
     auto owned = std::make_shared<detail::OwnedBuffers>();
     owned->parent = storage;
-    ThreadPool pool(n_threads);
     for (std::size_t i = 0; i < mats.size(); ++i) {
         WeightView& v = *mats[i];
         if (v.dtype != target) {
@@ -163,6 +162,19 @@ inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_
         if (progress) progress(i + 1, mats.size(), v.name);
     }
     storage = owned;
+}
+
+/// quantize_matrices on a pool of `n_threads` threads (0: hardware concurrency) made for the call.
+inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_ptr<const void>& storage, WeightFormat format,
+                              const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
+    if (format == WeightFormat::AsStored) return;
+    ThreadPool pool(n_threads);
+    quantize_matrices(mats, storage, format, progress, pool);
+}
+
+/// Re-encodes the big matrices of `w` in `format` (quantize_matrices) on `pool`'s threads.
+inline void quantize_weights(ModelWeights& w, WeightFormat format, const QuantizeProgress& progress, ThreadPool& pool) {
+    quantize_matrices(big_matrices(w), w.storage, format, progress, pool);
 }
 
 /// Re-encodes the big matrices of `w` in `format` (quantize_matrices).
@@ -259,10 +271,13 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
 }
 
 /// load_checkpoint, then the big matrices re-encoded in `options.format` (a checkpoint already
-/// in that format is only mapped).
+/// in that format is only mapped), both on `options.pool` or on one pool of `options.n_threads`.
 inline Checkpoint load_checkpoint_as(const std::filesystem::path& dir, const LoadOptions& options = {}) {
-    Checkpoint ck = load_checkpoint(dir, options);
-    quantize_weights(ck.weights, options.format, options.progress, options.n_threads);
+    const detail::LoadPool pool(options);  // one pool for the whole load: a GGUF file's conversion and the re-encoding
+    LoadOptions on_pool = options;
+    on_pool.pool = &*pool;
+    Checkpoint ck = load_checkpoint(dir, on_pool);
+    quantize_weights(ck.weights, options.format, options.progress, *pool);
     return ck;
 }
 
