@@ -38,7 +38,9 @@ struct VisionConfig {
     /// to the text hidden size; 0 means the text hidden size, as in the 12B (spec §4.2).
     std::int64_t mm_embed_dim = 0;
     double rms_norm_eps = 1e-6;
-    double layer_norm_eps = 1e-5;
+    /// The three LayerNorms of the embedder use torch's default eps (spec §4.2): not a
+    /// config.json field, so a constant rather than a member that nothing reads or writes.
+    static constexpr double layer_norm_eps = 1e-5;
 
     constexpr std::int64_t model_patch_size() const { return patch_size * pooling_kernel_size; }
     constexpr std::int64_t patch_values() const { return model_patch_size() * model_patch_size() * 3; }

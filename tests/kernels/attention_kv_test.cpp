@@ -156,8 +156,8 @@ TEST_CASE("int8 KV cache: values within half a step, a quarter of the float byte
     std::vector<std::vector<float>> ks, vs;
     for (std::int64_t p = 0; p < 3; ++p) {
         std::vector<float> k(static_cast<std::size_t>(kvd)), v(k.size());
-        for (auto& x : k) x = static_cast<float>(3 * rng.uniform());
-        for (auto& x : v) x = static_cast<float>(rng.uniform() * (p == 1 ? 1e-3 : 1.0));
+        for (auto& x : k) x = static_cast<float>(3 * rng.symmetric());
+        for (auto& x : v) x = static_cast<float>(rng.symmetric() * (p == 1 ? 1e-3 : 1.0));
         if (p == 2) std::fill(v.begin(), v.end(), 0.0f);  // an all-zero head stays exactly zero
         q.store(L, s, p, k.data(), v.data());
         ks.push_back(k);

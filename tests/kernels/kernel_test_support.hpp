@@ -1,9 +1,10 @@
-// Shared by the kernel tests: a fully specified random generator and a checkpoint configuration
+// Shared by the kernel tests: the library's random generator and a checkpoint configuration
 // larger than tiny_config() (wide enough for whole quantization blocks and SIMD tiles).
 #pragma once
 
 #include <gemma4/config.hpp>
 #include <gemma4/kernels/cpu.hpp>
+#include <gemma4/detail/random.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
 
 #include <cstdint>
@@ -11,13 +12,8 @@
 
 namespace gemma4::test {
 
-struct Rng {
-    std::uint64_t s;
-    double uniform() {  // [-1, 1)
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        return static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0;
-    }
-};
+/// The library's generator; symmetric() draws test inputs in [-1, 1).
+using Rng = detail::SplitMix64;
 
 inline Gemma4Config small_model_config() {
     Gemma4Config c = tiny_config();

@@ -38,7 +38,7 @@ TestWeight make_weight(DType dtype, std::int64_t N, std::int64_t K, std::uint64_
     Rng rng{seed};
     std::vector<float> src(static_cast<std::size_t>(N * K));
     for (std::size_t i = 0; i < src.size(); ++i) {
-        src[i] = static_cast<float>(rng.uniform());
+        src[i] = static_cast<float>(rng.symmetric());
         if (i % 37 == 5) src[i] *= 8.0f;  // outliers, so block scales differ
     }
     TestWeight w;
@@ -82,7 +82,7 @@ TestWeight make_weight(DType dtype, std::int64_t N, std::int64_t K, std::uint64_
 std::vector<float> make_x(std::int64_t tokens, std::int64_t stride, std::uint64_t seed) {
     Rng rng{seed};
     std::vector<float> x(static_cast<std::size_t>(tokens * stride));
-    for (auto& v : x) v = static_cast<float>(rng.uniform());
+    for (auto& v : x) v = static_cast<float>(rng.symmetric());
     return x;
 }
 
@@ -183,7 +183,7 @@ TEST_CASE("linear in double uses the exact stored values", "[kernels][linear]") 
         const TestWeight w = make_weight(dtype, N, K, 5);
         std::vector<double> x(static_cast<std::size_t>(T * K)), y(static_cast<std::size_t>(T * N));
         Rng rng{9};
-        for (auto& v : x) v = rng.uniform();
+        for (auto& v : x) v = rng.symmetric();
         linear<double>(w.view, {x.data(), K}, {y.data(), N}, T, pool);
         for (std::int64_t t = 0; t < T; ++t)
             for (std::int64_t n = 0; n < N; ++n) {
@@ -203,7 +203,7 @@ TEST_CASE("quantize/dequantize error is within half a step of the block scale", 
             INFO(dtype_name(dtype) << " K=" << K);
             Rng rng{static_cast<std::uint64_t>(K)};
             std::vector<float> src(static_cast<std::size_t>(K));
-            for (std::int64_t i = 0; i < K; ++i) src[static_cast<std::size_t>(i)] = static_cast<float>(rng.uniform() * (i % 32 == 3 ? 10 : 1));
+            for (std::int64_t i = 0; i < K; ++i) src[static_cast<std::size_t>(i)] = static_cast<float>(rng.symmetric() * (i % 32 == 3 ? 10 : 1));
             std::vector<std::byte> codes(static_cast<std::size_t>(quant::row_bytes(dtype, K)), std::byte{0xAB});
             std::vector<std::uint16_t> scales(static_cast<std::size_t>(quant::blocks_per_row(K)));
             quant::quantize_row(dtype, src.data(), K, codes.data(), scales.data());

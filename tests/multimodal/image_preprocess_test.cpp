@@ -2,12 +2,12 @@
 // file → patches pipeline.
 #include "test_files.hpp"
 
+#include <gemma4/detail/random.hpp>
 #include <gemma4/multimodal/image.hpp>
 #include <gemma4/multimodal/image_patches.hpp>
 #include <gemma4/multimodal/image_resize.hpp>
 
 #include <cmath>
-#include <random>
 
 using namespace gemma4;
 
@@ -115,11 +115,10 @@ TEST_CASE("target size follows get_aspect_ratio_preserving_size", "[multimodal][
 }
 
 TEST_CASE("bicubic antialiased resize matches a direct double evaluation", "[multimodal][image][resize]") {
-    std::mt19937 rng(1234);
+    gemma4::detail::SplitMix64 rng{1234};
     // Values kept inside [48, 207] so the first pass never overshoots 0..255: its clamp would
     // otherwise (legitimately) differ from the unclamped 2-D sum.
-    std::uniform_int_distribution<int> byte(48, 207);
-    const RgbImage noise = make_image(53, 41, [&](auto, auto, auto) { return byte(rng); });
+    const RgbImage noise = make_image(53, 41, [&](auto, auto, auto) { return 48 + static_cast<int>(rng.next() % 160); });
     const RgbImage smooth = make_image(53, 41, [](auto x, auto y, auto c) { return 128 + 100 * std::sin(0.2 * x + 0.3 * y + c); });
     struct Size {
         int w, h;
@@ -193,8 +192,8 @@ TEST_CASE("resize properties", "[multimodal][image][resize]") {
         }
     }
     SECTION("the identity size returns the image unchanged") {
-        std::mt19937 rng(7);
-        const RgbImage img = make_image(31, 17, [&](auto, auto, auto) { return int(rng() % 256); });
+        gemma4::detail::SplitMix64 rng{7};
+        const RgbImage img = make_image(31, 17, [&](auto, auto, auto) { return int(rng.next() % 256); });
         CHECK(resize_bicubic_antialias(img, 31, 17).pixels == img.pixels);
     }
     SECTION("halving a checkerboard gives flat grey") {

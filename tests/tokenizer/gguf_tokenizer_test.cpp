@@ -1,6 +1,7 @@
 // The tokenizer of a GGUF file (tokenizer.ggml.* keys) against the tokenizer.json of the same
 // vocabulary: same ids for every text, same decoding, same special ids; and malformed keys as
 // TokenizerErrors naming the key.
+#include <gemma4/detail/random.hpp>
 #include <gemma4/io/gguf_writer.hpp>
 #include <gemma4/tokenizer/gguf_tokenizer.hpp>
 
@@ -9,7 +10,6 @@
 #include "support/message_matcher.hpp"
 #include "support/temp_dir.hpp"
 
-#include <random>
 #include <string>
 #include <vector>
 
@@ -37,12 +37,12 @@ std::vector<std::string> texts() {
         "<|turn", "turn|>", "<<|turn>>",
     };
     // random strings over the pieces' alphabet and a few others
-    std::mt19937 rng(5);
+    gemma4::detail::SplitMix64 rng{5};
     const std::string alphabet = "abcdefghijklmnopqrstuvwxyz .,;\nAZ<|>";
     for (int i = 0; i < 200; ++i) {
         std::string s;
-        const int n = static_cast<int>(rng() % 40);
-        for (int k = 0; k < n; ++k) s += alphabet[rng() % alphabet.size()];
+        const int n = static_cast<int>(rng.next() % 40);
+        for (int k = 0; k < n; ++k) s += alphabet[rng.next() % alphabet.size()];
         t.push_back(s);
     }
     return t;

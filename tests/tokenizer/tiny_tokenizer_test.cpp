@@ -2,6 +2,7 @@
 // reference implementation.
 #include "support/real_tokenizer.hpp"
 
+#include <gemma4/detail/random.hpp>
 #include <gemma4/tokenizer/tiny_tokenizer.hpp>
 #include <gemma4/tokenizer/tokenizer.hpp>
 
@@ -10,7 +11,6 @@
 
 #include <fstream>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -119,12 +119,12 @@ TEST_CASE("tiny tokenizer: BPE agrees with a naive reference", "[tokenizer][tiny
     const auto info = gemma4::write_tiny_tokenizer(tmp("tiny_naive"));
     const Tokenizer t = Tokenizer::from_file(info.tokenizer_json);
     const auto model = nlohmann::json::parse(gemma4::detail::read_text_file(info.tokenizer_json))["model"];
-    std::mt19937 rng(7);
+    gemma4::detail::SplitMix64 rng{7};
     const std::string alphabet = "the andofisrwlkmpgyu";
     for (int round = 0; round < 200; ++round) {
         std::string text;
-        const int length = 1 + static_cast<int>(rng() % 40);
-        for (int i = 0; i < length; ++i) text.push_back(alphabet[rng() % alphabet.size()]);
+        const int length = 1 + static_cast<int>(rng.next() % 40);
+        for (int i = 0; i < length; ++i) text.push_back(alphabet[rng.next() % alphabet.size()]);
         std::string normalized;
         for (const char c : text) normalized += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
         INFO(text);

@@ -9,6 +9,7 @@
 
 #include <gemma4/abi.hpp>
 
+#include <gemma4/detail/random.hpp>
 #include <gemma4/error.hpp>
 
 #include <algorithm>
@@ -42,51 +43,6 @@ struct SamplingParams {
 };
 
 namespace detail {
-
-/// xoshiro256** seeded through splitmix64: small, fast and fully specified, unlike the
-/// standard distributions whose output differs between library implementations.
-class Xoshiro256 {
-public:
-    explicit Xoshiro256(std::uint64_t seed) { reseed(seed); }
-
-    void reseed(std::uint64_t seed) {
-        for (auto& word : state_) word = splitmix64(seed);
-    }
-
-    std::uint64_t next() {
-        const std::uint64_t result = rotl(state_[1] * 5, 7) * 9;
-        const std::uint64_t t = state_[1] << 17;
-        state_[2] ^= state_[0];
-        state_[3] ^= state_[1];
-        state_[1] ^= state_[2];
-        state_[0] ^= state_[3];
-        state_[2] ^= t;
-        state_[3] = rotl(state_[3], 45);
-        return result;
-    }
-
-    /// Uniform in [0, 1) with 53 random bits, exactly representable as a double.
-    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
-    /// The whole state: a generator set to it continues the same sequence.
-    std::array<std::uint64_t, 4> state() const { return {state_[0], state_[1], state_[2], state_[3]}; }
-    /// All zero is the one state xoshiro never leaves (it would draw 0 forever).
-    void set_state(const std::array<std::uint64_t, 4>& s) {
-        if (!(s[0] | s[1] | s[2] | s[3])) throw InvalidArgument("Sampler: the all-zero generator state is not valid");
-        for (std::size_t i = 0; i < 4; ++i) state_[i] = s[i];
-    }
-
-private:
-    static std::uint64_t splitmix64(std::uint64_t& x) {
-        std::uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-    std::uint64_t state_[4]{};
-};
 
 /// The token ids the penalties look at: every id of the prompt and of the reply so far (for the
 /// repetition penalty) and how often each id was generated (for presence/frequency).

@@ -13,8 +13,11 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 namespace gemma4 {
 inline namespace GEMMA4_ABI {
@@ -24,9 +27,12 @@ namespace detail {
 /// Reads typed fields from one JSON object, naming `file: path.field` in every error.
 class ConfigReader {
 public:
-    ConfigReader(const nlohmann::json& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
+    /// `consulted`, if given, collects the path of every key looked up (ConfigFieldLog).
+    ConfigReader(const nlohmann::json& obj, std::string where, std::set<std::string>* consulted = nullptr)
+        : obj_(obj), where_(std::move(where)), consulted_(consulted) {}
 
     const nlohmann::json* find(const std::string& key) const {
+        if (consulted_) consulted_->insert(field(key));
         auto it = obj_.find(key);
         return (it == obj_.end() || it->is_null()) ? nullptr : &*it;
     }
@@ -74,14 +80,17 @@ public:
         const auto* v = find(key);
         if (!v) fail(key, "missing");
         if (!v->is_object()) fail(key, "expected an object");
-        return ConfigReader(*v, field(key));
+        return ConfigReader(*v, field(key), consulted_);
     }
+    /// A reader of another object sharing this one's record of consulted keys.
+    ConfigReader other(const nlohmann::json& obj, std::string where) const { return ConfigReader(obj, std::move(where), consulted_); }
     const nlohmann::json& json() const { return obj_; }
     const std::string& where() const { return where_; }
 
 private:
     const nlohmann::json& obj_;
     std::string where_;
+    std::set<std::string>* consulted_;
 };
 
 inline RopeParameters read_rope(const ConfigReader& r, AttentionKind kind) {
@@ -130,36 +139,154 @@ inline void reject_unsupported(const ConfigReader& t) {
     if (!t.boolean("tie_word_embeddings", true)) t.fail("tie_word_embeddings", "an untied LM head is not supported");
 }
 
+/// The JSON object of config.json a field lives in. TokenIds: the top level of the unified
+/// layout (also written into text_config, as published) or the text config of a plain one.
+enum class ConfigObject : std::uint8_t { Text, TokenIds, Top, Vision, Audio };
+
+/// The member a field fills; its type is the field's JSON type (integers, numbers, booleans).
+using ConfigMember = std::variant<std::int64_t*, std::int32_t*, double*, bool*>;
+/// A field's value when absent (or null): monostate for a required field.
+using ConfigValue = std::variant<std::monostate, std::int64_t, double, bool>;
+
+/// One scalar field of config.json. parse_config and config_to_json both walk kConfigFields, so
+/// a field cannot be read but not written or the other way round; the structured fields
+/// (layer_types, rope_parameters, eos_token_id) are read and written next to the walk.
+struct ConfigField {
+    ConfigObject object;
+    const char* key;
+    ConfigMember (*member)(Gemma4Config&);
+    ConfigValue (*fallback)(const Gemma4Config& parsed_so_far);
+    double min = 1;                   ///< integers: smallest allowed; numbers: must exceed it (min 0)
+    const char* alias = nullptr;      ///< an older key read when `key` is absent (never written)
+    std::int64_t (*written)(const Gemma4Config&) = nullptr;  ///< an integer written other than as stored
+    bool zero_as_null = false;        ///< 0 is written as null (and absent/null reads as the fallback 0)
+    void (*check)(const ConfigReader&, const Gemma4Config&) = nullptr;  ///< right after reading
+};
+
+inline ConfigValue config_required(const Gemma4Config&) { return std::monostate{}; }
+
+inline const ConfigField kConfigFields[] = {
+    {ConfigObject::Text, "vocab_size", [](Gemma4Config& c) -> ConfigMember { return &c.vocab_size; }, config_required},
+    {ConfigObject::Text, "hidden_size", [](Gemma4Config& c) -> ConfigMember { return &c.hidden_size; }, config_required},
+    {ConfigObject::Text, "intermediate_size", [](Gemma4Config& c) -> ConfigMember { return &c.intermediate_size; }, config_required},
+    {ConfigObject::Text, "num_hidden_layers", [](Gemma4Config& c) -> ConfigMember { return &c.num_hidden_layers; }, config_required, 1,
+     nullptr, nullptr, false,
+     [](const ConfigReader& t, const Gemma4Config& c) {
+         if (c.num_hidden_layers > static_cast<std::int64_t>(Gemma4Config::kMaxLayers))
+             t.fail("num_hidden_layers", "at most " + std::to_string(Gemma4Config::kMaxLayers) + " layers are supported");
+     }},
+    {ConfigObject::Text, "num_attention_heads", [](Gemma4Config& c) -> ConfigMember { return &c.num_attention_heads; }, config_required},
+    {ConfigObject::Text, "num_key_value_heads", [](Gemma4Config& c) -> ConfigMember { return &c.num_key_value_heads; }, config_required},
+    {ConfigObject::Text, "head_dim", [](Gemma4Config& c) -> ConfigMember { return &c.head_dim; }, config_required},
+    {ConfigObject::Text, "global_head_dim", [](Gemma4Config& c) -> ConfigMember { return &c.global_head_dim; },
+     [](const Gemma4Config& c) -> ConfigValue { return c.head_dim; }},
+    {ConfigObject::Text, "attention_k_eq_v", [](Gemma4Config& c) -> ConfigMember { return &c.attention_k_eq_v; },
+     [](const Gemma4Config&) -> ConfigValue { return false; }},
+    {ConfigObject::Text, "num_global_key_value_heads", [](Gemma4Config& c) -> ConfigMember { return &c.num_global_key_value_heads; },
+     [](const Gemma4Config& c) -> ConfigValue { return c.num_key_value_heads; }},
+    {ConfigObject::Text, "sliding_window", [](Gemma4Config& c) -> ConfigMember { return &c.sliding_window; }, config_required},
+    {ConfigObject::Text, "max_position_embeddings", [](Gemma4Config& c) -> ConfigMember { return &c.max_position_embeddings; },
+     [](const Gemma4Config&) -> ConfigValue { return std::int64_t{131072}; }},
+    {ConfigObject::Text, "rms_norm_eps", [](Gemma4Config& c) -> ConfigMember { return &c.rms_norm_eps; },
+     [](const Gemma4Config&) -> ConfigValue { return 1e-6; }, 0},
+    // No soft-cap (0) is written as null, as Hugging Face does; an explicit 0 is rejected.
+    {ConfigObject::Text, "final_logit_softcapping", [](Gemma4Config& c) -> ConfigMember { return &c.final_logit_softcapping; },
+     [](const Gemma4Config&) -> ConfigValue { return 0.0; }, 0, nullptr, nullptr, true},
+
+    {ConfigObject::TokenIds, "pad_token_id", [](Gemma4Config& c) -> ConfigMember { return &c.tokens.pad; },
+     [](const Gemma4Config&) -> ConfigValue { return std::int64_t{0}; }, 0},
+    {ConfigObject::TokenIds, "bos_token_id", [](Gemma4Config& c) -> ConfigMember { return &c.tokens.bos; },
+     [](const Gemma4Config&) -> ConfigValue { return std::int64_t{2}; }, 0},
+
+    // Absent multimodal ids keep the published values (TokenIds' defaults).
+    {ConfigObject::Top, "image_token_id", [](Gemma4Config& c) -> ConfigMember { return &c.tokens.image; },
+     [](const Gemma4Config& c) -> ConfigValue { return std::int64_t{c.tokens.image}; }, 0},
+    {ConfigObject::Top, "audio_token_id", [](Gemma4Config& c) -> ConfigMember { return &c.tokens.audio; },
+     [](const Gemma4Config& c) -> ConfigValue { return std::int64_t{c.tokens.audio}; }, 0},
+    {ConfigObject::Top, "video_token_id", [](Gemma4Config& c) -> ConfigMember { return &c.tokens.video; },
+     [](const Gemma4Config& c) -> ConfigValue { return std::int64_t{c.tokens.video}; }, 0},
+    {ConfigObject::Top, "boi_token_id", [](Gemma4Config& c) -> ConfigMember { return &c.tokens.boi; },
+     [](const Gemma4Config& c) -> ConfigValue { return std::int64_t{c.tokens.boi}; }, 0},
+    {ConfigObject::Top, "eoi_token_id", [](Gemma4Config& c) -> ConfigMember { return &c.tokens.eoi; },
+     [](const Gemma4Config& c) -> ConfigValue { return std::int64_t{c.tokens.eoi}; }, 0},
+    {ConfigObject::Top, "boa_token_id", [](Gemma4Config& c) -> ConfigMember { return &c.tokens.boa; },
+     [](const Gemma4Config& c) -> ConfigValue { return std::int64_t{c.tokens.boa}; }, 0},
+    // Published as eoa_token_index; eoa_token_id is the name some conversions use.
+    {ConfigObject::Top, "eoa_token_index", [](Gemma4Config& c) -> ConfigMember { return &c.tokens.eoa; },
+     [](const Gemma4Config& c) -> ConfigValue { return std::int64_t{c.tokens.eoa}; }, 0, "eoa_token_id"},
+
+    {ConfigObject::Vision, "patch_size", [](Gemma4Config& c) -> ConfigMember { return &c.vision.patch_size; },
+     [](const Gemma4Config&) -> ConfigValue { return std::int64_t{16}; }},
+    {ConfigObject::Vision, "pooling_kernel_size", [](Gemma4Config& c) -> ConfigMember { return &c.vision.pooling_kernel_size; },
+     [](const Gemma4Config&) -> ConfigValue { return std::int64_t{3}; }},
+    {ConfigObject::Vision, "mm_posemb_size", [](Gemma4Config& c) -> ConfigMember { return &c.vision.mm_posemb_size; },
+     [](const Gemma4Config&) -> ConfigValue { return std::int64_t{1120}; }},
+    {ConfigObject::Vision, "rms_norm_eps", [](Gemma4Config& c) -> ConfigMember { return &c.vision.rms_norm_eps; },
+     [](const Gemma4Config&) -> ConfigValue { return 1e-6; }, 0},
+    // Stored 0 means "the text hidden size"; the file always names the width.
+    {ConfigObject::Vision, "mm_embed_dim", [](Gemma4Config& c) -> ConfigMember { return &c.vision.mm_embed_dim; },
+     [](const Gemma4Config& c) -> ConfigValue { return c.hidden_size; }, 1, nullptr,
+     [](const Gemma4Config& c) { return c.vision_embed_dim(); }},
+
+    {ConfigObject::Audio, "audio_embed_dim", [](Gemma4Config& c) -> ConfigMember { return &c.audio.audio_embed_dim; },
+     [](const Gemma4Config&) -> ConfigValue { return std::int64_t{640}; }},
+    {ConfigObject::Audio, "rms_norm_eps", [](Gemma4Config& c) -> ConfigMember { return &c.audio.rms_norm_eps; },
+     [](const Gemma4Config&) -> ConfigValue { return 1e-6; }, 0},
+};
+
+/// Reads the fields of `object` from `r` into `c`, in table order.
+inline void read_config_fields(ConfigObject object, const ConfigReader& r, Gemma4Config& c) {
+    for (const ConfigField& f : kConfigFields) {
+        if (f.object != object) continue;
+        const ConfigValue fallback = f.fallback(c);
+        std::visit([&](auto* m) {
+            using M = std::remove_pointer_t<decltype(m)>;
+            if constexpr (std::is_same_v<M, bool>) {
+                *m = r.boolean(f.key, std::get<bool>(fallback));
+            } else if constexpr (std::is_same_v<M, double>) {
+                *m = r.number(f.key, std::holds_alternative<double>(fallback) ? std::optional<double>(std::get<double>(fallback)) : std::nullopt, f.min);
+            } else {
+                std::optional<std::int64_t> fb;
+                if (std::holds_alternative<std::int64_t>(fallback)) fb = std::get<std::int64_t>(fallback);
+                const auto min = static_cast<std::int64_t>(f.min);
+                if (f.alias) fb = r.integer(f.alias, fb, min);
+                *m = static_cast<M>(r.integer(f.key, fb, min));
+            }
+        }, f.member(c));
+        if (f.check) f.check(r, c);
+    }
+}
+
+/// Writes the fields of `object` of `c` into `out`.
+inline void write_config_fields(ConfigObject object, const Gemma4Config& c, nlohmann::json& out) {
+    Gemma4Config copy = c;  // members are reached through non-const accessors
+    for (const ConfigField& f : kConfigFields) {
+        if (f.object != object) continue;
+        std::visit([&](auto* m) {
+            using M = std::remove_pointer_t<decltype(m)>;
+            if (f.written) out[f.key] = f.written(c);
+            else if (f.zero_as_null && !(*m > M{})) out[f.key] = nullptr;
+            else if constexpr (std::is_integral_v<M> && !std::is_same_v<M, bool>) out[f.key] = static_cast<std::int64_t>(*m);
+            else out[f.key] = *m;
+        }, f.member(copy));
+    }
+}
+
 }  // namespace detail
 
-/// Parses config.json text. `file` names the source in error messages.
-inline Gemma4Config parse_config(const nlohmann::json& root, const std::string& file = "config.json") {
-    using detail::ConfigReader;
+namespace detail {
+
+/// parse_config, collecting in `consulted` (if given) the path of every key it looks up.
+inline Gemma4Config parse_config_fields(const nlohmann::json& root, const std::string& file, std::set<std::string>* consulted) {
     if (!root.is_object()) throw ConfigError(file + ": not a JSON object");
-    const ConfigReader top(root, file);
+    const ConfigReader top(root, file, consulted);
     const bool unified = top.find("text_config") != nullptr;
     const ConfigReader t = unified ? top.object("text_config") : top;
 
     Gemma4Config c{};
-    detail::reject_unsupported(t);
-    if (unified) detail::reject_unsupported(ConfigReader(root, file));  // top-level twins of the same flags
-    c.vocab_size = t.integer("vocab_size", std::nullopt);
-    c.hidden_size = t.integer("hidden_size", std::nullopt);
-    c.intermediate_size = t.integer("intermediate_size", std::nullopt);
-    c.num_hidden_layers = t.integer("num_hidden_layers", std::nullopt);
-    if (c.num_hidden_layers > static_cast<std::int64_t>(Gemma4Config::kMaxLayers))
-        t.fail("num_hidden_layers", "at most " + std::to_string(Gemma4Config::kMaxLayers) + " layers are supported");
-    c.num_attention_heads = t.integer("num_attention_heads", std::nullopt);
-    c.num_key_value_heads = t.integer("num_key_value_heads", std::nullopt);
-    c.head_dim = t.integer("head_dim", std::nullopt);
-    c.global_head_dim = t.integer("global_head_dim", c.head_dim);
-    c.attention_k_eq_v = t.boolean("attention_k_eq_v", false);
-    c.num_global_key_value_heads = t.integer("num_global_key_value_heads", c.num_key_value_heads);
-    c.sliding_window = t.integer("sliding_window", std::nullopt);
-    c.max_position_embeddings = t.integer("max_position_embeddings", 131072);
-    c.rms_norm_eps = t.number("rms_norm_eps", 1e-6);
-    if (t.find("final_logit_softcapping")) c.final_logit_softcapping = t.number("final_logit_softcapping", std::nullopt);
-    else c.final_logit_softcapping = 0.0;  // absent or null: no soft-cap
+    reject_unsupported(t);
+    if (unified) reject_unsupported(top);  // top-level twins of the same flags
+    read_config_fields(ConfigObject::Text, t, c);
 
     if (c.head_dim % 2 || c.global_head_dim % 2) t.fail("head_dim", "head dimensions must be even (RoPE pairs)");
     if (c.num_attention_heads % c.num_key_value_heads)
@@ -184,9 +311,9 @@ inline Gemma4Config parse_config(const nlohmann::json& root, const std::string& 
 
     if (const auto* rp = t.find("rope_parameters")) {
         if (!rp->is_object()) t.fail("rope_parameters", "expected an object");
-        const ConfigReader r(*rp, t.field("rope_parameters"));
-        if (r.find("sliding_attention")) c.rope_sliding = detail::read_rope(r.object("sliding_attention"), AttentionKind::Sliding);
-        if (r.find("full_attention")) c.rope_full = detail::read_rope(r.object("full_attention"), AttentionKind::Full);
+        const ConfigReader r = t.other(*rp, t.field("rope_parameters"));
+        if (r.find("sliding_attention")) c.rope_sliding = read_rope(r.object("sliding_attention"), AttentionKind::Sliding);
+        if (r.find("full_attention")) c.rope_full = read_rope(r.object("full_attention"), AttentionKind::Full);
     }
     for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
         const LayerGeometry g = c.layer(i);
@@ -204,7 +331,7 @@ inline Gemma4Config parse_config(const nlohmann::json& root, const std::string& 
             }
             if (layer < 0 || layer >= c.num_hidden_layers) t.fail(key, "not a layer index");
             if (!it->is_object()) t.fail(key, "expected an object");
-            const ConfigReader lr(*it, t.field(key));
+            const ConfigReader lr = t.other(*it, t.field(key));
             const LayerGeometry g = c.layer(layer);
             if (lr.integer("head_dim", g.head_dim) != g.head_dim || lr.integer("num_key_value_heads", g.num_kv_heads) != g.num_kv_heads)
                 t.fail(key, "per-layer geometry differs from the one derived from layer_types; not supported");
@@ -213,34 +340,22 @@ inline Gemma4Config parse_config(const nlohmann::json& root, const std::string& 
 
     // Special tokens: top level for the unified layout, else the text config.
     const ConfigReader& ids = unified ? top : t;
-    c.tokens.pad = static_cast<std::int32_t>(ids.integer("pad_token_id", 0, 0));
-    c.tokens.bos = static_cast<std::int32_t>(ids.integer("bos_token_id", 2, 0));
-    detail::read_eos(ids.find("eos_token_id") ? ids.find("eos_token_id") : t.find("eos_token_id"), c.tokens,
-                     ids.field("eos_token_id"));
-    c.tokens.image = static_cast<std::int32_t>(top.integer("image_token_id", c.tokens.image, 0));
-    c.tokens.audio = static_cast<std::int32_t>(top.integer("audio_token_id", c.tokens.audio, 0));
-    c.tokens.video = static_cast<std::int32_t>(top.integer("video_token_id", c.tokens.video, 0));
-    c.tokens.boi = static_cast<std::int32_t>(top.integer("boi_token_id", c.tokens.boi, 0));
-    c.tokens.eoi = static_cast<std::int32_t>(top.integer("eoi_token_id", c.tokens.eoi, 0));
-    c.tokens.boa = static_cast<std::int32_t>(top.integer("boa_token_id", c.tokens.boa, 0));
-    c.tokens.eoa = static_cast<std::int32_t>(top.integer("eoa_token_index", top.integer("eoa_token_id", c.tokens.eoa, 0), 0));
+    read_config_fields(ConfigObject::TokenIds, ids, c);
+    read_eos(ids.find("eos_token_id") ? ids.find("eos_token_id") : t.find("eos_token_id"), c.tokens, ids.field("eos_token_id"));
+    read_config_fields(ConfigObject::Top, top, c);
 
     c.has_vision = unified && top.find("vision_config") != nullptr;
     c.has_audio = unified && top.find("audio_config") != nullptr;
-    if (c.has_vision) {
-        const ConfigReader v = top.object("vision_config");
-        c.vision.patch_size = v.integer("patch_size", 16);
-        c.vision.pooling_kernel_size = v.integer("pooling_kernel_size", 3);
-        c.vision.mm_posemb_size = v.integer("mm_posemb_size", 1120);
-        c.vision.rms_norm_eps = v.number("rms_norm_eps", 1e-6);
-        c.vision.mm_embed_dim = v.integer("mm_embed_dim", c.hidden_size, 1);
-    }
-    if (c.has_audio) {
-        const ConfigReader a = top.object("audio_config");
-        c.audio.audio_embed_dim = a.integer("audio_embed_dim", 640);
-        c.audio.rms_norm_eps = a.number("rms_norm_eps", 1e-6);
-    }
+    if (c.has_vision) read_config_fields(ConfigObject::Vision, top.object("vision_config"), c);
+    if (c.has_audio) read_config_fields(ConfigObject::Audio, top.object("audio_config"), c);
     return c;
+}
+
+}  // namespace detail
+
+/// Parses config.json text. `file` names the source in error messages.
+inline Gemma4Config parse_config(const nlohmann::json& root, const std::string& file = "config.json") {
+    return detail::parse_config_fields(root, file, nullptr);
 }
 
 inline Gemma4Config load_config(const std::filesystem::path& path) {
@@ -260,24 +375,9 @@ inline nlohmann::json config_to_json(const Gemma4Config& c) {
     json eos = json::array();
     for (std::size_t i = 0; i < c.tokens.eos_count; ++i) eos.push_back(c.tokens.eos[i]);
     json text{{"model_type", "gemma4_unified_text"},
-              {"vocab_size", c.vocab_size},
-              {"hidden_size", c.hidden_size},
-              {"intermediate_size", c.intermediate_size},
-              {"num_hidden_layers", c.num_hidden_layers},
-              {"num_attention_heads", c.num_attention_heads},
-              {"num_key_value_heads", c.num_key_value_heads},
-              {"head_dim", c.head_dim},
-              {"global_head_dim", c.global_head_dim},
-              {"num_global_key_value_heads", c.num_global_key_value_heads},
-              {"attention_k_eq_v", c.attention_k_eq_v},
               {"hidden_activation", "gelu_pytorch_tanh"},
-              {"max_position_embeddings", c.max_position_embeddings},
-              {"rms_norm_eps", c.rms_norm_eps},
-              {"sliding_window", c.sliding_window},
               {"layer_types", layer_types},
               {"rope_parameters", {{"sliding_attention", rope(c.rope_sliding)}, {"full_attention", rope(c.rope_full)}}},
-              // No soft-cap (0) is written as null, as Hugging Face does; parse_config rejects 0.
-              {"final_logit_softcapping", c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr)},
               {"use_bidirectional_attention", "vision"},
               {"num_kv_shared_layers", 0},
               {"use_double_wide_mlp", false},
@@ -285,38 +385,29 @@ inline nlohmann::json config_to_json(const Gemma4Config& c) {
               {"attention_dropout", 0.0},
               {"hidden_size_per_layer_input", 0},
               {"enable_moe_block", false},
-              {"pad_token_id", c.tokens.pad},
-              {"bos_token_id", c.tokens.bos},
               {"eos_token_id", eos},
               {"tie_word_embeddings", c.tie_word_embeddings}};
+    detail::write_config_fields(detail::ConfigObject::Text, c, text);
+    detail::write_config_fields(detail::ConfigObject::TokenIds, c, text);
     json root{{"architectures", {"Gemma4UnifiedForConditionalGeneration"}},
               {"model_type", "gemma4_unified"},
               {"text_config", text},
-              {"boi_token_id", c.tokens.boi},
-              {"eoi_token_id", c.tokens.eoi},
-              {"image_token_id", c.tokens.image},
-              {"video_token_id", c.tokens.video},
-              {"boa_token_id", c.tokens.boa},
-              {"eoa_token_index", c.tokens.eoa},
-              {"audio_token_id", c.tokens.audio},
-              {"pad_token_id", c.tokens.pad},
-              {"bos_token_id", c.tokens.bos},
               {"eos_token_id", eos},
               {"tie_word_embeddings", c.tie_word_embeddings},
               {"initializer_range", 0.02},
               {"dtype", "bfloat16"}};
-    if (c.has_vision)
-        root["vision_config"] = {{"model_type", "gemma4_unified_vision"},
-                                 {"patch_size", c.vision.patch_size},
-                                 {"pooling_kernel_size", c.vision.pooling_kernel_size},
-                                 {"mm_embed_dim", c.vision_embed_dim()},
-                                 {"mm_posemb_size", c.vision.mm_posemb_size},
-                                 {"output_proj_dims", c.hidden_size},
-                                 {"rms_norm_eps", c.vision.rms_norm_eps}};
-    if (c.has_audio)
-        root["audio_config"] = {{"model_type", "gemma4_unified_audio"},
-                                {"audio_embed_dim", c.audio.audio_embed_dim},
-                                {"rms_norm_eps", c.audio.rms_norm_eps}};
+    detail::write_config_fields(detail::ConfigObject::TokenIds, c, root);
+    detail::write_config_fields(detail::ConfigObject::Top, c, root);
+    if (c.has_vision) {
+        json vision{{"model_type", "gemma4_unified_vision"}, {"output_proj_dims", c.hidden_size}};
+        detail::write_config_fields(detail::ConfigObject::Vision, c, vision);
+        root["vision_config"] = vision;
+    }
+    if (c.has_audio) {
+        json audio{{"model_type", "gemma4_unified_audio"}};
+        detail::write_config_fields(detail::ConfigObject::Audio, c, audio);
+        root["audio_config"] = audio;
+    }
     return root;
 }
 

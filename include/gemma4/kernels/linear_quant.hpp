@@ -48,8 +48,9 @@ inline std::int32_t block_dot(DType type, const std::byte* codes, const std::int
     const std::int64_t g = b / 4, k = b % 4;
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(codes) + g * 64 + (k % 2) * 32;
     const std::int8_t* x = xq + b * quant::kBlock;
-    // Nibbles are unpacked four at a time in 32-bit words: GCC 12 with AVX-512 miscompiles the
-    // vectorised per-byte form (`byte >> 4` widened to int32 loses its mask).
+    // Nibbles are unpacked four at a time in 32-bit words (quant::low_nibble / high_nibble of
+    // four bytes at once): GCC 12 with AVX-512 miscompiles the vectorised per-byte form
+    // (`byte >> 4` widened to int32 loses its mask).
     const unsigned shift = k >= 2 ? 4u : 0u;
     for (int j = 0; j < quant::kBlock / 4; ++j) {
         std::uint32_t v;

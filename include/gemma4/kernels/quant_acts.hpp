@@ -41,21 +41,14 @@ inline void shape_activations(std::int64_t tokens, std::int64_t cols, QuantActs&
     a.sum.resize(static_cast<std::size_t>(tokens * a.blocks));
 }
 
-/// One block of n ≤ kBlock activations to int8 codes (the rest of the kBlock zero): scale
-/// max|x|/127, codes round(x · 127/max|x|); returns the scale, `sum` gets Σ codes. The vector
-/// levels' quantize_row give the same bits for whole blocks.
+/// One block of n ≤ kBlock activations to int8 codes (the rest of the kBlock zero) by
+/// quant::quantize_symmetric with limit 127: scale max|x|/127, codes round(x · 127/max|x|);
+/// returns the scale, `sum` gets Σ codes. The vector levels' quantize_row give the same bits for
+/// whole blocks.
 inline float quantize_block(const float* x, std::int64_t n, std::int8_t* q, std::int32_t& sum) {
-    float amax = 0;
-    for (std::int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+    const float d = quant::quantize_symmetric(x, n, quant::kQ8Max, q);
     std::int32_t s = 0;
-    // |x·inv| ≤ 127 up to rounding, so the clamp only guards the last ulp
-    for (std::int64_t i = 0; i < n; ++i) {
-        const float r = std::nearbyint(std::min(127.0f, std::max(-127.0f, x[i] * inv)));
-        const auto v = static_cast<std::int8_t>(static_cast<int>(r));
-        q[i] = v;
-        s += v;
-    }
+    for (std::int64_t i = 0; i < n; ++i) s += q[i];
     for (std::int64_t i = n; i < quant::kBlock; ++i) q[i] = 0;
     sum = s;
     return d;

@@ -14,6 +14,7 @@
 
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
+#include <gemma4/tensor/quant.hpp>
 
 #include <algorithm>
 #include <array>
@@ -232,15 +233,9 @@ public:
             const KVInt8Row row = int8_slot(layer, s, pos, kv);
             const T* x = kv ? v : k;
             for (std::int64_t h = 0; h * p.head_dim < p.kv_dim; ++h) {
-                const T* xh = x + h * p.head_dim;
-                T amax = 0;
-                for (std::int64_t i = 0; i < p.head_dim; ++i) amax = std::max(amax, static_cast<T>(std::fabs(xh[i])));
-                const float d = static_cast<float>(amax / T(127));
-                const T inv = amax > 0 ? T(127) / amax : T(0);
+                // one scale per head (computed in T, stored as float)
                 auto* codes = const_cast<std::int8_t*>(row.codes) + h * p.head_dim;
-                for (std::int64_t i = 0; i < p.head_dim; ++i)
-                    codes[i] = static_cast<std::int8_t>(std::clamp(static_cast<int>(std::nearbyint(xh[i] * inv)), -127, 127));
-                const_cast<float*>(row.scales)[h] = d;
+                const_cast<float*>(row.scales)[h] = static_cast<float>(quant::quantize_symmetric(x + h * p.head_dim, p.head_dim, quant::kQ8Max, codes));
             }
         }
     }

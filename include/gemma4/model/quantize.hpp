@@ -6,6 +6,7 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/config.hpp>
+#include <gemma4/detail/random.hpp>
 #include <gemma4/error.hpp>
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/safetensors_writer.hpp>
@@ -81,8 +82,8 @@ inline void set_bf16(std::byte* p, float v) {
 inline std::vector<WeightView*> big_matrices(ModelWeights& w) {
     std::vector<WeightView*> m{&w.embed_tokens};
     for (LayerWeights& l : w.layers)
-        for (WeightView* v : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
-            if (*v) m.push_back(v);
+        for (const LayerTensor& t : kLayerTensors)
+            if (t.matrix() && l.*t.field) m.push_back(&(l.*t.field));
     return m;
 }
 
@@ -193,11 +194,15 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
     ThreadPool pool(n_threads);
     auto fill_random = [&](std::byte* p, std::size_t n, std::uint64_t s) {
         pool.parallel_for(static_cast<std::int64_t>((n + 4095) / 4096), [&](std::int64_t p0, std::int64_t p1) {
-            std::uint64_t x = s ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(p0 + 1));
-            const std::size_t b0 = static_cast<std::size_t>(p0) * 4096, b1 = std::min(n, static_cast<std::size_t>(p1) * 4096);
-            for (std::size_t i = b0; i < b1; i += 8) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
-                std::memcpy(p + i, &x, std::min<std::size_t>(8, b1 - i));
+            // a generator per 4 KiB chunk, seeded by the chunk's index: the bytes do not depend on
+            // how chunks fall to threads
+            for (std::int64_t chunk = p0; chunk < p1; ++chunk) {
+                detail::SplitMix64 rng{s ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(chunk + 1))};
+                const std::size_t b0 = static_cast<std::size_t>(chunk) * 4096, b1 = std::min(n, b0 + 4096);
+                for (std::size_t i = b0; i < b1; i += 8) {
+                    const std::uint64_t x = rng.next();
+                    std::memcpy(p + i, &x, std::min<std::size_t>(8, b1 - i));
+                }
             }
         });
     };
@@ -212,11 +217,11 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
     auto matrix = [&](std::string name, std::int64_t rows, std::int64_t cols, double amax) {
         WeightView v{std::move(name), target, {rows, cols}, nullptr, 0};
         v.origin = DType::BF16;
-        salt = salt * 6364136223846793005ull + 1442695040888963407ull;
+        const std::uint64_t matrix_seed = detail::splitmix64(salt);
         if (target == DType::BF16) {
             v.size_bytes = static_cast<std::size_t>(rows * cols * 2);
             std::byte* p = owned->allocate(v.size_bytes);
-            fill_random(p, v.size_bytes, salt);
+            fill_random(p, v.size_bytes, matrix_seed);
             // keep random sign and mantissa; the exponent of amax/2, so |w| ∈ [amax/2, amax)
             const std::uint16_t exp = static_cast<std::uint16_t>(float_to_bf16(static_cast<float>(amax / 2)) & 0x7f80u);
             pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
@@ -229,7 +234,7 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
             const std::int64_t np = quant::panel_count(rows), pb = quant::panel_bytes(target, cols), ps = quant::panel_scale_count(cols);
             v.size_bytes = static_cast<std::size_t>(np * pb);
             std::byte* p = owned->allocate(v.size_bytes);
-            fill_random(p, v.size_bytes, salt);
+            fill_random(p, v.size_bytes, matrix_seed);
             auto* s = reinterpret_cast<std::uint16_t*>(owned->allocate(static_cast<std::size_t>(np * ps * 2)));
             const std::uint16_t scale = quant::block_scale(static_cast<float>(amax), target);
             pool.parallel_for(np, [&](std::int64_t p0, std::int64_t p1) {
@@ -241,30 +246,16 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
         }
         return v;
     };
-    const std::int64_t H = c.hidden_size, I = c.intermediate_size;
-    const std::string pre = "model.language_model.";
-    w.embed_tokens = matrix(pre + "embed_tokens.weight", c.vocab_size, H, 0.05 * std::sqrt(3.0));
-    w.norm = vector_f32(pre + "norm.weight", H, 1.0f);
-    w.layers.resize(static_cast<std::size_t>(c.num_hidden_layers));
-    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-        const LayerGeometry g = c.layer(i);
-        const std::string p = pre + "layers." + std::to_string(i) + ".";
-        LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
-        const double aH = std::sqrt(3.0 / static_cast<double>(H));
-        l.input_layernorm = vector_f32(p + "input_layernorm.weight", H, 1.0f);
-        l.q_proj = matrix(p + "self_attn.q_proj.weight", g.q_dim(), H, aH);
-        l.k_proj = matrix(p + "self_attn.k_proj.weight", g.kv_dim(), H, aH);
-        if (g.has_v_proj) l.v_proj = matrix(p + "self_attn.v_proj.weight", g.kv_dim(), H, aH);
-        l.q_norm = vector_f32(p + "self_attn.q_norm.weight", g.head_dim, 1.0f);
-        l.k_norm = vector_f32(p + "self_attn.k_norm.weight", g.head_dim, 1.0f);
-        l.o_proj = matrix(p + "self_attn.o_proj.weight", H, g.q_dim(), std::sqrt(3.0 / static_cast<double>(g.q_dim())));
-        l.post_attention_layernorm = vector_f32(p + "post_attention_layernorm.weight", H, 1.0f);
-        l.pre_feedforward_layernorm = vector_f32(p + "pre_feedforward_layernorm.weight", H, 1.0f);
-        l.gate_proj = matrix(p + "mlp.gate_proj.weight", I, H, aH);
-        l.up_proj = matrix(p + "mlp.up_proj.weight", I, H, aH);
-        l.down_proj = matrix(p + "mlp.down_proj.weight", H, I, std::sqrt(3.0 / static_cast<double>(I)));
-        l.post_feedforward_layernorm = vector_f32(p + "post_feedforward_layernorm.weight", H, 1.0f);
-        l.layer_scalar = vector_f32(p + "layer_scalar", 1, 1.0f);
+    // the text decoder's tensors of the checkpoint table: matrices ~ U(±√3/√fan_in) (unit-variance
+    // outputs; the embedding 0.05·√3, as random checkpoints), every vector 1
+    for (const TensorSpec& spec : tensor_table(c, "model.language_model.", w)) {
+        if (spec.group != TensorGroup::Text) continue;
+        if (spec.shape.size() == 2) {
+            const double amax = spec.field == &w.embed_tokens ? 0.05 * std::sqrt(3.0) : std::sqrt(3.0 / static_cast<double>(spec.shape[1]));
+            *spec.field = matrix(spec.name(), spec.shape[0], spec.shape[1], amax);
+        } else {
+            *spec.field = vector_f32(spec.name(), spec.shape[0], 1.0f);
+        }
     }
     w.storage = owned;
     return w;

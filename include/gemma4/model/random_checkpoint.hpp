@@ -6,6 +6,7 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/config.hpp>
+#include <gemma4/detail/random.hpp>
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/safetensors_writer.hpp>
 #include <gemma4/model/assistant_checkpoint.hpp>
@@ -34,19 +35,6 @@ struct RandomCheckpointOptions {
 };
 
 namespace detail {
-
-/// splitmix64: a small, fully specified generator, so checkpoints are identical everywhere.
-struct SplitMix64 {
-    std::uint64_t state;
-    std::uint64_t next() {
-        std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-    double symmetric() { return 2.0 * uniform() - 1.0; }                        // [-1, 1)
-};
 
 /// Values for one tensor: matrices ~ U(±√3/√fan_in) (unit variance outputs), norm weights
 /// around 1, layer scalars in [0.5, 1.5], embeddings ~ U(±√3) · 0.05.

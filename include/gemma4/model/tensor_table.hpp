@@ -28,34 +28,83 @@ struct TensorSpec {
     const std::string& name() const { return names.front(); }
 };
 
+/// The width of each axis of a decoder layer's tensor, in terms of its geometry.
+enum class LayerTensorShape : std::uint8_t {
+    Hidden,   ///< [H]
+    HeadDim,  ///< [head_dim]
+    Query,    ///< [q_dim, H]
+    KeyValue, ///< [kv_dim, H]
+    Value,    ///< [kv_dim, H], only in layers with their own V (has_v_proj)
+    Output,   ///< [H, q_dim]
+    MlpIn,    ///< [I, H]
+    MlpOut,   ///< [H, I]
+    Scalar,   ///< [1]
+};
+
+/// One tensor of a decoder layer: its name after "….layers.i.", the LayerWeights member it
+/// fills, its shape, and whether only layers with their own K/V hold it (the assistant's q-only
+/// attention has no k/v projections and no k_norm).
+struct LayerTensor {
+    const char* suffix;
+    WeightView LayerWeights::*field;
+    LayerTensorShape shape;
+    bool own_kv = false;
+
+    /// The big matrices, the ones a weight format re-encodes (model/quantize.hpp).
+    constexpr bool matrix() const {
+        return shape != LayerTensorShape::Hidden && shape != LayerTensorShape::HeadDim && shape != LayerTensorShape::Scalar;
+    }
+};
+
+/// The tensors of a decoder layer, in checkpoint order: the one list that loading, validation,
+/// the checkpoint writers, random weights and the weight formats' list of matrices walk.
+inline constexpr LayerTensor kLayerTensors[] = {
+    {"input_layernorm.weight", &LayerWeights::input_layernorm, LayerTensorShape::Hidden},
+    {"self_attn.q_proj.weight", &LayerWeights::q_proj, LayerTensorShape::Query},
+    {"self_attn.k_proj.weight", &LayerWeights::k_proj, LayerTensorShape::KeyValue, true},
+    {"self_attn.v_proj.weight", &LayerWeights::v_proj, LayerTensorShape::Value, true},
+    {"self_attn.q_norm.weight", &LayerWeights::q_norm, LayerTensorShape::HeadDim},
+    {"self_attn.k_norm.weight", &LayerWeights::k_norm, LayerTensorShape::HeadDim, true},
+    {"self_attn.o_proj.weight", &LayerWeights::o_proj, LayerTensorShape::Output},
+    {"post_attention_layernorm.weight", &LayerWeights::post_attention_layernorm, LayerTensorShape::Hidden},
+    {"pre_feedforward_layernorm.weight", &LayerWeights::pre_feedforward_layernorm, LayerTensorShape::Hidden},
+    {"mlp.gate_proj.weight", &LayerWeights::gate_proj, LayerTensorShape::MlpIn},
+    {"mlp.up_proj.weight", &LayerWeights::up_proj, LayerTensorShape::MlpIn},
+    {"mlp.down_proj.weight", &LayerWeights::down_proj, LayerTensorShape::MlpOut},
+    {"post_feedforward_layernorm.weight", &LayerWeights::post_feedforward_layernorm, LayerTensorShape::Hidden},
+    {"layer_scalar", &LayerWeights::layer_scalar, LayerTensorShape::Scalar},
+};
+
+/// The shape of `t` in a layer of geometry g.
+inline std::vector<std::int64_t> layer_tensor_shape(const LayerTensor& t, const Gemma4Config& c, const LayerGeometry& g) {
+    const std::int64_t H = c.hidden_size, I = c.intermediate_size;
+    switch (t.shape) {
+        case LayerTensorShape::Hidden: return {H};
+        case LayerTensorShape::HeadDim: return {g.head_dim};
+        case LayerTensorShape::Query: return {g.q_dim(), H};
+        case LayerTensorShape::KeyValue:
+        case LayerTensorShape::Value: return {g.kv_dim(), H};
+        case LayerTensorShape::Output: return {H, g.q_dim()};
+        case LayerTensorShape::MlpIn: return {I, H};
+        case LayerTensorShape::MlpOut: return {H, I};
+        case LayerTensorShape::Scalar: return {1};
+    }
+    return {};
+}
+
 namespace detail {
 
 /// The tensors of decoder layer i of `c` under `prefix` ("….layers.i."), bound to `lw`: those
-/// of a target layer, or with `with_kv` false those of an assistant layer (q-only attention:
-/// no k/v projections, no k_norm).
+/// of a target layer, or with `with_kv` false those of an assistant layer (kLayerTensors without
+/// the own_kv ones).
 inline void add_layer_tensors(std::vector<TensorSpec>& t, const Gemma4Config& c, std::int64_t i, const std::string& prefix, LayerWeights& lw,
                               bool with_kv) {
     const LayerGeometry g = c.layer(i);
-    const std::int64_t H = c.hidden_size, I = c.intermediate_size;
-    auto layer = [&](const std::string& suffix, std::vector<std::int64_t> shape, WeightView LayerWeights::*field) {
-        t.push_back(TensorSpec{{prefix + suffix}, std::move(shape), TensorGroup::Text, true, static_cast<int>(i), &(lw.*field)});
-    };
-    layer("input_layernorm.weight", {H}, &LayerWeights::input_layernorm);
-    layer("self_attn.q_proj.weight", {g.q_dim(), H}, &LayerWeights::q_proj);
-    if (with_kv) {
-        layer("self_attn.k_proj.weight", {g.kv_dim(), H}, &LayerWeights::k_proj);
-        if (g.has_v_proj) layer("self_attn.v_proj.weight", {g.kv_dim(), H}, &LayerWeights::v_proj);
+    for (const LayerTensor& lt : kLayerTensors) {
+        if (lt.own_kv && !with_kv) continue;
+        if (lt.shape == LayerTensorShape::Value && !g.has_v_proj) continue;
+        t.push_back(TensorSpec{{prefix + lt.suffix}, layer_tensor_shape(lt, c, g), TensorGroup::Text, true, static_cast<int>(i), &(lw.*lt.field)});
     }
-    layer("self_attn.q_norm.weight", {g.head_dim}, &LayerWeights::q_norm);
-    if (with_kv) layer("self_attn.k_norm.weight", {g.head_dim}, &LayerWeights::k_norm);
-    layer("self_attn.o_proj.weight", {H, g.q_dim()}, &LayerWeights::o_proj);
-    layer("post_attention_layernorm.weight", {H}, &LayerWeights::post_attention_layernorm);
-    layer("pre_feedforward_layernorm.weight", {H}, &LayerWeights::pre_feedforward_layernorm);
-    layer("mlp.gate_proj.weight", {I, H}, &LayerWeights::gate_proj);
-    layer("mlp.up_proj.weight", {I, H}, &LayerWeights::up_proj);
-    layer("mlp.down_proj.weight", {H, I}, &LayerWeights::down_proj);
-    layer("post_feedforward_layernorm.weight", {H}, &LayerWeights::post_feedforward_layernorm);
-    layer("layer_scalar", {1}, &LayerWeights::layer_scalar);
 }
 
 }  // namespace detail

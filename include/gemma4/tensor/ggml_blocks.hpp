@@ -43,8 +43,8 @@ inline void dequantize_q4_0(const std::byte* b, float* y) {
     const float d = f16_to_float(read_u16(b));
     for (int j = 0; j < 16; ++j) {
         const unsigned q = byte_at(b, 2 + j);
-        y[j] = d * static_cast<float>(static_cast<int>(q & 15u) - 8);
-        y[j + 16] = d * static_cast<float>(static_cast<int>(q >> 4) - 8);
+        y[j] = d * static_cast<float>(static_cast<int>(quant::low_nibble(q)) - 8);
+        y[j + 16] = d * static_cast<float>(static_cast<int>(quant::high_nibble(q)) - 8);
     }
 }
 
@@ -54,8 +54,8 @@ inline void q4_k_scale_min(int j, const std::byte* s, unsigned& sc, unsigned& m)
         sc = byte_at(s, j) & 63u;
         m = byte_at(s, j + 4) & 63u;
     } else {
-        sc = (byte_at(s, j + 4) & 0xFu) | ((byte_at(s, j - 4) >> 6) << 4);
-        m = (byte_at(s, j + 4) >> 4) | ((byte_at(s, j) >> 6) << 4);
+        sc = quant::low_nibble(byte_at(s, j + 4)) | ((byte_at(s, j - 4) >> 6) << 4);
+        m = quant::high_nibble(byte_at(s, j + 4)) | ((byte_at(s, j) >> 6) << 4);
     }
 }
 
@@ -77,8 +77,8 @@ inline void dequantize_q4_k(const std::byte* b, float* y) {
         const float d2 = d * static_cast<float>(sc2), min2 = dmin * static_cast<float>(m2);
         for (int l = 0; l < 32; ++l) {
             const unsigned q = byte_at(qs, 32 * c + l);
-            y[64 * c + l] = mul_sub_unfused(d1, q & 15u, min1);
-            y[64 * c + 32 + l] = mul_sub_unfused(d2, q >> 4, min2);
+            y[64 * c + l] = mul_sub_unfused(d1, quant::low_nibble(q), min1);
+            y[64 * c + 32 + l] = mul_sub_unfused(d2, quant::high_nibble(q), min2);
         }
     }
 }
@@ -96,10 +96,10 @@ inline void dequantize_q6_k(const std::byte* b, float* y) {
         for (int l = 0; l < 32; ++l) {
             const int is = l / 16;
             const unsigned lo0 = byte_at(QL, l), lo1 = byte_at(QL, l + 32), hi = byte_at(QH, l);
-            const int q1 = static_cast<int>((lo0 & 15u) | (((hi >> 0) & 3u) << 4)) - 32;
-            const int q2 = static_cast<int>((lo1 & 15u) | (((hi >> 2) & 3u) << 4)) - 32;
-            const int q3 = static_cast<int>((lo0 >> 4) | (((hi >> 4) & 3u) << 4)) - 32;
-            const int q4 = static_cast<int>((lo1 >> 4) | (((hi >> 6) & 3u) << 4)) - 32;
+            const int q1 = static_cast<int>(quant::low_nibble(lo0) | (((hi >> 0) & 3u) << 4)) - 32;
+            const int q2 = static_cast<int>(quant::low_nibble(lo1) | (((hi >> 2) & 3u) << 4)) - 32;
+            const int q3 = static_cast<int>(quant::high_nibble(lo0) | (((hi >> 4) & 3u) << 4)) - 32;
+            const int q4 = static_cast<int>(quant::high_nibble(lo1) | (((hi >> 6) & 3u) << 4)) - 32;
             const auto scale = [&](int k) { return d * static_cast<float>(static_cast<std::int8_t>(byte_at(S, k))); };
             Y[l] = scale(is) * static_cast<float>(q1);
             Y[l + 32] = scale(is + 2) * static_cast<float>(q2);
@@ -182,10 +182,8 @@ inline void q4_0_to_q4_row(const std::byte* src, std::int64_t cols, std::byte* c
         const bool high = quant::q4_high(b * kBlock32);
         for (std::int64_t j = 0; j < 16; ++j) {
             const unsigned q = byte_at(blk, 2 + j);
-            for (const auto& [at, nib] : {std::pair{base + j, q & 15u}, std::pair{base + j + 16, q >> 4}}) {
-                const unsigned old = std::to_integer<unsigned>(codes[at]);
-                codes[at] = static_cast<std::byte>(high ? (old & 0x0fu) | (nib << 4) : (old & 0xf0u) | nib);
-            }
+            for (const auto& [at, nib] : {std::pair{base + j, quant::low_nibble(q)}, std::pair{base + j + 16, quant::high_nibble(q)}})
+                codes[at] = static_cast<std::byte>(quant::with_nibble(std::to_integer<unsigned>(codes[at]), high, nib));
         }
     }
 }

@@ -63,6 +63,38 @@ constexpr std::int64_t row_bytes(DType t, std::int64_t cols) {
 }
 constexpr int max_code(DType t) { return t == DType::Q4 ? kQ4Max : kQ8Max; }
 
+/// The largest magnitude among n values, each taken as T first. A NaN is passed over (std::max
+/// keeps the running value), as the vector kernels' max instructions do.
+template <class T, class S>
+inline T max_magnitude(const S* x, std::int64_t n) {
+    T m = 0;
+    for (std::int64_t i = 0; i < n; ++i) m = std::max(m, static_cast<T>(std::fabs(static_cast<T>(x[i]))));
+    return m;
+}
+
+/// The symmetric rounding rule of every quantizer in the library (weights, activations, K/V):
+/// x · inv clamped to [−limit, limit], then rounded half to even (nearbyint in the default
+/// rounding mode, as the vector kernels' conversions). Clamping first keeps the conversion to int
+/// defined for any input; a NaN becomes −limit, as the vector kernels' max/min give.
+template <class T>
+inline int symmetric_code(T x, T inv, int limit) {
+    const T lim = static_cast<T>(limit);
+    return static_cast<int>(std::nearbyint(std::min(lim, std::max(-lim, x * inv))));
+}
+
+/// The symmetric quantizer: n values to codes in [−limit, limit] with the scale max|x|/limit,
+/// codes symmetric_code(x, limit/max|x|) (an all-zero block: scale 0, codes 0). Returns the scale.
+/// Activations (kernels/quant_acts.hpp) and the int8 KV cache (model/kv_cache.hpp) are exactly
+/// this; the stored weight formats differ only in taking codes against their f16-rounded scale
+/// (quantize_row).
+template <class T, class Code>
+inline T quantize_symmetric(const T* x, std::int64_t n, int limit, Code* codes) {
+    const T amax = max_magnitude<T>(x, n);
+    const T inv = amax > 0 ? static_cast<T>(limit) / amax : T(0);
+    for (std::int64_t i = 0; i < n; ++i) codes[i] = static_cast<Code>(symmetric_code(x[i], inv, limit));
+    return amax / static_cast<T>(limit);
+}
+
 /// The f16 scale of a block whose largest magnitude is `amax`, saturated to the f16 range.
 inline std::uint16_t block_scale(float amax, DType t) {
     const float d = std::min(amax / static_cast<float>(max_code(t)), 65504.0f);
@@ -75,6 +107,17 @@ inline std::uint16_t block_scale(float amax, DType t) {
 constexpr std::int64_t q4_byte(std::int64_t i) { return (i / 128) * 64 + (i % 64); }
 constexpr bool q4_high(std::int64_t i) { return (i % 128) >= 64; }
 
+// Nibbles of a byte (0..255), for every scalar 4-bit decoder: our Q4 rows, and GGUF's Q4_0,
+// Q4_K and Q6_K blocks (tensor/ggml_blocks.hpp). The vector kernels keep their own forms.
+constexpr unsigned low_nibble(unsigned byte) { return byte & 0x0fu; }
+constexpr unsigned high_nibble(unsigned byte) { return (byte >> 4) & 0x0fu; }
+/// `byte` with its high or low nibble replaced by `nibble` (< 16).
+constexpr unsigned with_nibble(unsigned byte, bool high, unsigned nibble) {
+    return high ? (byte & 0x0fu) | (nibble << 4) : (byte & 0xf0u) | nibble;
+}
+/// The nibble of element i of a Q4 row in its byte (q4_byte(i)).
+constexpr unsigned q4_nibble(unsigned byte, std::int64_t i) { return q4_high(i) ? high_nibble(byte) : low_nibble(byte); }
+
 /// Quantizes `cols` values into one padded row: `codes` (row_bytes) and `scales` (f16 per block).
 template <class S>
 inline void quantize_row(DType t, const S* src, std::int64_t cols, std::byte* codes, std::uint16_t* scales) {
@@ -82,21 +125,23 @@ inline void quantize_row(DType t, const S* src, std::int64_t cols, std::byte* co
     if (t == DType::Q4) std::memset(codes, 0, static_cast<std::size_t>(kp / 2));
     for (std::int64_t b = 0; b < nb; ++b) {
         const std::int64_t i0 = b * kBlock, i1 = std::min(cols, i0 + kBlock);
-        float amax = 0;
-        for (std::int64_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(static_cast<float>(src[i])));
+        const float amax = max_magnitude<float>(src + i0, std::max<std::int64_t>(i1 - i0, 0));
         const std::uint16_t s = block_scale(amax, t);
         scales[b] = s;
+        // quantize_symmetric's rule, except that the codes are taken against the scale the file
+        // holds (f16, rounded) rather than max|x|/limit, so that code · stored scale is the nearest
+        // value the format can hold. Every Q8/Q4 file written so far was made this way.
         const float d = f16_to_float(s);
         const float inv = d > 0 ? 1.0f / d : 0.0f;
         const int lim = max_code(t);
         for (std::int64_t i = i0; i < i0 + kBlock; ++i) {
             int q = 0;
-            if (i < i1) q = std::clamp(static_cast<int>(std::nearbyint(static_cast<float>(src[i]) * inv)), -lim, lim);
+            if (i < i1) q = symmetric_code(static_cast<float>(src[i]), inv, lim);
             if (t == DType::Q8) {
                 codes[i] = static_cast<std::byte>(static_cast<std::int8_t>(q));
             } else {
-                const auto nib = static_cast<unsigned>(q + kQ4Offset);
-                codes[q4_byte(i)] |= static_cast<std::byte>(q4_high(i) ? nib << 4 : nib);
+                std::byte& byte = codes[q4_byte(i)];
+                byte = static_cast<std::byte>(with_nibble(std::to_integer<unsigned>(byte), q4_high(i), static_cast<unsigned>(q + kQ4Offset)));
             }
         }
     }
@@ -108,7 +153,7 @@ constexpr std::int64_t code_byte(DType t, std::int64_t i) { return t == DType::Q
 inline int code_in_byte(DType t, std::byte b, std::int64_t i) {
     const auto byte = std::to_integer<unsigned>(b);
     if (t == DType::Q8) return static_cast<std::int8_t>(byte);
-    return static_cast<int>(q4_high(i) ? byte >> 4 : byte & 15u) - kQ4Offset;
+    return static_cast<int>(q4_nibble(byte, i)) - kQ4Offset;
 }
 
 inline int code_at(DType t, const std::byte* codes, std::int64_t i) { return code_in_byte(t, codes[code_byte(t, i)], i); }

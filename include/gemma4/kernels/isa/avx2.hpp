@@ -49,7 +49,8 @@ inline void vload_bf16(const std::uint16_t* w, V& even, V& odd) {
 
 #include <gemma4/kernels/isa/float_kernels-inl.hpp>
 
-/// quantize_row_portable (kernels/quant_acts.hpp) with whole blocks in registers: the same bits.
+/// quantize_row_portable (kernels/quant_acts.hpp; the rule is quant::quantize_symmetric) with
+/// whole blocks in registers: the same bits.
 inline void quantize_row(const float* x, std::int64_t cols, std::int64_t blocks, std::int8_t* q, float* scale, std::int32_t* sum) {
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);

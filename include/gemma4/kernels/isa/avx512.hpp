@@ -109,7 +109,8 @@ struct PanelVnni {
 };
 
 
-/// quantize_row_portable (kernels/quant_acts.hpp) with whole blocks in registers: the same bits.
+/// quantize_row_portable (kernels/quant_acts.hpp; the rule is quant::quantize_symmetric) with
+/// whole blocks in registers: the same bits.
 inline void quantize_row(const float* x, std::int64_t cols, std::int64_t blocks, std::int8_t* q, float* scale, std::int32_t* sum) {
     const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
