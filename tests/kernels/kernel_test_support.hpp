@@ -3,8 +3,8 @@
 #pragma once
 
 #include <gemma4/config.hpp>
-#include <gemma4/kernels/cpu.hpp>
 #include <gemma4/detail/random.hpp>
+#include <gemma4/kernels/cpu.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
 
 #include <cstdint>

@@ -64,23 +64,25 @@ inline std::vector<double> random_values(const TensorSpec& spec, SplitMix64& rng
 /// model.safetensors or as o.shards shards with their index.
 inline void write_random_tensors(const std::filesystem::path& dir, const std::vector<TensorSpec>& table, const RandomCheckpointOptions& o) {
     SplitMix64 rng{o.seed};
-    std::vector<std::vector<TensorBlob>> shards(static_cast<std::size_t>(o.shards));
-    for (std::size_t i = 0; i < table.size(); ++i) {
-        const TensorSpec& spec = table[i];
-        TensorBlob blob{spec.name(), o.dtype, spec.shape, encode_values(random_values(spec, rng), o.dtype)};
-        shards[i * shards.size() / table.size()].push_back(std::move(blob));
-    }
-    if (o.shards == 1) {
-        write_safetensors(dir / "model.safetensors", shards[0], {{"format", "pt"}});
-        return;
-    }
+    const auto shards = static_cast<std::size_t>(o.shards);
     nlohmann::json index{{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
-    std::size_t total = 0;
-    for (std::size_t s = 0; s < shards.size(); ++s) {
+    std::size_t total = 0, next = 0;
+    // One shard in memory at a time (tensors i with i · shards / n == s, in table order, so the
+    // values do not depend on the shard count): the 12B's shapes in bf16 take ~24 GB in all.
+    for (std::size_t s = 0; s < shards; ++s) {
+        std::vector<TensorBlob> blobs;
+        for (; next < table.size() && next * shards / table.size() == s; ++next) {
+            const TensorSpec& spec = table[next];
+            blobs.push_back({spec.name(), o.dtype, spec.shape, encode_values(random_values(spec, rng), o.dtype)});
+        }
+        if (shards == 1) {
+            write_safetensors(dir / "model.safetensors", blobs, {{"format", "pt"}});
+            return;
+        }
         char name[64];
-        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-        write_safetensors(dir / name, shards[s], {{"format", "pt"}});
-        for (const TensorBlob& b : shards[s]) {
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards);
+        write_safetensors(dir / name, blobs, {{"format", "pt"}});
+        for (const TensorBlob& b : blobs) {
             index["weight_map"][b.name] = name;
             total += b.bytes.size();
         }
