@@ -47,7 +47,7 @@ const std::map<std::string, std::set<std::string>> kReads = {
                           "out-patches", "out-positions"}},
     {"quantize", {"model", "out", "weights"}},
 #ifdef GEMMA4_HAVE_SERVE  // built only with cpp-httplib
-    {"loadgen", {"url", "api-key", "concurrency", "requests", "max-tokens", "prompt", "model", "json"}},
+    {"loadgen", {"url", "api-key", "concurrency", "requests", "max-tokens", "prompt", "model", "json", "ignore-eos"}},
     {"serve", std::set<std::string>{"model", "host", "port", "parallel", "ctx-size", "queue", "api-key", "weights", "max-body",
                                     "max-soft-tokens", "grace", "threads"} + kSpeculative},
 #endif

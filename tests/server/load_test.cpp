@@ -133,3 +133,61 @@ TEST_CASE("serve under load: concurrent streams equal serial runs, misbehaving c
     CHECK(health.status == 200);
     CHECK(health.json()["status"] == "ok");
 }
+
+TEST_CASE("loadgen against serve: every request completes, and each level reports its rates and time to first token", "[server][e2e][load][loadgen]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    ServerProcess server({"--api-key", kLoadKey}, "loadgen");
+    INFO(server.log());
+    const std::string url = "http://127.0.0.1:" + std::to_string(server.port());
+    const auto r = run_cli("loadgen --url " + url + " --api-key " + kLoadKey + " --concurrency 1,3 --requests 3 --max-tokens 6 --ignore-eos --json");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const json levels = json::parse(r.out);
+    REQUIRE(levels.size() == 2);
+    for (std::size_t i = 0; i < 2; ++i) {
+        const json& l = levels[i];
+        CHECK(l["concurrency"] == (i == 0 ? 1 : 3));
+        CHECK(l["requests"] == 3);
+        CHECK(l["failed"] == 0);
+        CHECK(l["requests_per_s"].get<double>() > 0);
+        CHECK(l["tokens_per_s"].get<double>() > 0);
+        CHECK(l["decode_tokens_per_s"].get<double>() > 0);
+        // --ignore-eos: every reply is 6 tokens long, so tokens/s is 6 × requests/s.
+        CHECK(l["tokens_per_s"].get<double>() == Approx(6 * l["requests_per_s"].get<double>()).epsilon(1e-9));
+        CHECK(l["ttft_p50_s"].get<double>() > 0);
+        CHECK(l["ttft_p50_s"].get<double>() <= l["ttft_p99_s"].get<double>());
+    }
+    // A wrong key: every request fails, and loadgen says so instead of reporting rates.
+    const auto bad = run_cli("loadgen --url " + url + " --api-key wrong --concurrency 1 --requests 2 --max-tokens 2 --json");
+    REQUIRE(bad.status == 0);
+    const json failed = json::parse(bad.out);
+    CHECK(failed[0]["failed"] == 2);
+    CHECK(failed[0]["tokens_per_s"] == 0.0);
+}
+
+TEST_CASE("serve: ignore_eos runs a reply to max_tokens; a non-boolean is a 400 naming it", "[server][e2e][load]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    ServerProcess server({}, "ignore_eos");
+    INFO(server.log());
+    const int port = server.port();
+    for (int seed = 1; seed <= 8; ++seed) {  // sampled replies: some would end early on their own
+        json body = chat("tell me", 24, false);
+        body["temperature"] = 1.0;
+        body["seed"] = seed;
+        body["ignore_eos"] = true;
+        const auto r = http(port, "POST", "/v1/chat/completions", body.dump());
+        REQUIRE(r.status == 200);
+        const json reply = json::parse(r.body);
+        CHECK(reply["usage"]["completion_tokens"] == 24);
+        CHECK(reply["choices"][0]["finish_reason"] == "length");
+    }
+    json bad = chat("tell me", 4, false);
+    bad["ignore_eos"] = "yes";
+    const auto r = http(port, "POST", "/v1/chat/completions", bad.dump());
+    CHECK(r.status == 400);
+    CHECK(json::parse(r.body)["error"]["param"] == "ignore_eos");
+}

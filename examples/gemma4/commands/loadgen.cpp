@@ -1,6 +1,9 @@
 // gemma4 loadgen: load on a running `gemma4 serve` (or any OpenAI-compatible server) at several
-// concurrency levels: requests/s, generated tokens/s and time to first token (p50, p99), each
-// request a streamed chat completion.
+// concurrency levels: requests/s, generated tokens/s, decode tokens/s and time to first token
+// (p50, p99), each request a streamed chat completion. Decode tokens/s counts the tokens after
+// each request's first over the time during which at least one request was past its first token
+// (the union of the [first token, end] intervals), so prompt processing and queueing are left
+// out: with one client it is the per-stream decode speed, with many the aggregate.
 #include "../cli.hpp"
 
 #include <httplib.h>
@@ -23,6 +26,7 @@ struct Sample {
     double ttft = -1;  ///< seconds to the first content (or reasoning) delta
     std::int64_t tokens = 0;
     bool ok = false;
+    clock_type::time_point first_at{}, end_at{};  ///< first content delta, end of the stream
 };
 
 struct Level {
@@ -44,6 +48,24 @@ struct Level {
         std::int64_t n = 0;
         for (const auto& s : samples) n += s.tokens;
         return n;
+    }
+    /// Tokens after each request's first, per second of the union of the decode intervals.
+    double decode_tokens_per_s() const {
+        std::vector<std::pair<clock_type::time_point, clock_type::time_point>> spans;
+        std::int64_t n = 0;
+        for (const auto& s : samples)
+            if (s.ok && s.ttft >= 0 && s.tokens > 1) {
+                spans.emplace_back(s.first_at, s.end_at);
+                n += s.tokens - 1;
+            }
+        std::sort(spans.begin(), spans.end());
+        double busy = 0;
+        for (std::size_t i = 0; i < spans.size();) {
+            auto [lo, hi] = spans[i];
+            for (++i; i < spans.size() && spans[i].first <= hi; ++i) hi = std::max(hi, spans[i].second);
+            busy += std::chrono::duration<double>(hi - lo).count();
+        }
+        return busy > 0 ? static_cast<double>(n) / busy : 0;
     }
 };
 
@@ -72,13 +94,16 @@ Sample one_request(const std::string& url, const std::string& key, const std::st
             if (sample.ttft < 0 && chunk.contains("choices") && !chunk["choices"].empty()) {
                 const json& delta = chunk["choices"][0]["delta"];
                 for (const char* f : {"content", "reasoning_content"})
-                    if (delta.contains(f) && delta[f].is_string() && !delta[f].get<std::string>().empty())
-                        sample.ttft = std::chrono::duration<double>(clock_type::now() - start).count();
+                    if (delta.contains(f) && delta[f].is_string() && !delta[f].get<std::string>().empty()) {
+                        sample.first_at = clock_type::now();
+                        sample.ttft = std::chrono::duration<double>(sample.first_at - start).count();
+                    }
             }
         }
         return true;
     };
     const auto result = client.send(req);
+    sample.end_at = clock_type::now();
     sample.ok = result && result->status == 200;
     return sample;
 }
@@ -92,6 +117,7 @@ int run(cli::Args& args) {
     const std::string prompt = args.get("prompt").value_or("Write a short poem about the sea.");
     const auto model = args.get("model");
     const bool as_json = args.flag("json");
+    const bool ignore_eos = args.flag("ignore-eos");
     args.finish();
     if (requests < 1) throw InvalidArgument("loadgen: --requests must be at least 1");
     if (max_tokens < 1) throw InvalidArgument("loadgen: --max-tokens must be at least 1");
@@ -100,10 +126,13 @@ int run(cli::Args& args) {
                  {"stream", true},
                  {"stream_options", {{"include_usage", true}}}};
     if (model) body["model"] = *model;
+    if (ignore_eos) body["ignore_eos"] = true;
     const std::string text = body.dump();
 
     json report = json::array();
-    if (!as_json) std::printf("%11s %9s %10s %10s %11s %11s %8s\n", "concurrency", "requests", "req/s", "tokens/s", "ttft p50 s", "ttft p99 s", "failed");
+    if (!as_json)
+        std::printf("%11s %9s %10s %10s %10s %11s %11s %8s\n", "concurrency", "requests", "req/s", "tokens/s", "decode/s", "ttft p50 s", "ttft p99 s",
+                    "failed");
     for (const std::int32_t c : levels) {
         if (c < 1) throw InvalidArgument("loadgen: --concurrency values must be at least 1");
         Level level;
@@ -126,10 +155,11 @@ int run(cli::Args& args) {
         const auto failed = static_cast<std::int64_t>(level.samples.size()) - level.ok();
         if (as_json)
             report.push_back({{"concurrency", c}, {"requests", requests}, {"requests_per_s", rps}, {"tokens_per_s", tps},
-                              {"ttft_p50_s", level.percentile(0.5)}, {"ttft_p99_s", level.percentile(0.99)}, {"failed", failed}});
+                              {"decode_tokens_per_s", level.decode_tokens_per_s()}, {"ttft_p50_s", level.percentile(0.5)},
+                              {"ttft_p99_s", level.percentile(0.99)}, {"failed", failed}});
         else
-            std::printf("%11d %9d %10.2f %10.1f %11.3f %11.3f %8lld\n", c, requests, rps, tps, level.percentile(0.5), level.percentile(0.99),
-                        static_cast<long long>(failed));
+            std::printf("%11d %9d %10.2f %10.1f %10.1f %11.3f %11.3f %8lld\n", c, requests, rps, tps, level.decode_tokens_per_s(),
+                        level.percentile(0.5), level.percentile(0.99), static_cast<long long>(failed));
         std::fflush(stdout);
     }
     if (as_json) std::printf("%s\n", report.dump().c_str());
@@ -146,6 +176,7 @@ const cli::Command reg{"loadgen", "load on an OpenAI-compatible server: requests
                            {"prompt", "TEXT", "the user message"},
                            {"model", "NAME", "the request's model field"},
                            {"json", "", "print one JSON array instead of a table"},
+                           {"ignore-eos", "", "ask for replies of exactly --max-tokens (\"ignore_eos\": true, llama-server's and vLLM's field)"},
                        },
                        run};
 

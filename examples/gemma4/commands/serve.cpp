@@ -206,8 +206,8 @@ private:
         (void)check;
         // Without max_tokens a reply may use the rest of the context; a larger one is clipped to it.
         o.max_new_tokens = std::min<std::int64_t>(s.max_tokens.value_or(context_ - n), context_ - n);
-        o.end_ids = end_ids_;
-        o.stop_ids = stop_ids_;
+        o.end_ids = s.ignore_eos ? std::vector<std::int32_t>{-1} : end_ids_;  // {-1}: no end id
+        o.stop_ids = s.ignore_eos ? std::vector<std::int32_t>{} : stop_ids_;
         o.stop_strings = s.stop;
         o.speculative = config_.speculative;
         p.request.prompt = std::move(ids);

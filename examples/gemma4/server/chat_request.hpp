@@ -51,6 +51,9 @@ struct SamplingFields {
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false;
+    /// Not OpenAI's (llama-server's and vLLM's): end-of-turn ids do not end the reply, which then
+    /// runs to max_tokens or a stop string — for measuring throughput at a fixed length.
+    bool ignore_eos = false;
     std::string model;
 };
 
@@ -137,6 +140,7 @@ inline SamplingFields parse_sampling(const nlohmann::json& body) {
             if (stop.empty()) throw bad_field("stop", "empty stop sequence");
     }
     if (auto v = field(body, "stream")) s.stream = bool_field(*v, "stream");
+    if (auto v = field(body, "ignore_eos")) s.ignore_eos = bool_field(*v, "ignore_eos");
     if (auto v = field(body, "stream_options")) {
         if (!v->is_object()) throw bad_field("stream_options", "expected an object");
         if (auto u = field(*v, "include_usage")) s.include_usage = bool_field(*u, "stream_options.include_usage");
