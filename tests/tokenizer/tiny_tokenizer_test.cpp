@@ -1,6 +1,7 @@
 // The generated small tokenizer: format, special ids, round trips, and BPE against a naive
 // reference implementation.
 #include "support/real_tokenizer.hpp"
+#include "support/temp_dir.hpp"
 
 #include <gemma4/detail/random.hpp>
 #include <gemma4/tokenizer/tiny_tokenizer.hpp>
@@ -146,4 +147,18 @@ TEST_CASE("Gemma 3 tokenizer with a config that turns BOS off", "[tokenizer][con
     const auto from_file = Tokenizer::from_file(gemma4::test::real_tokenizer_json(), gemma4::test::real_tokenizer_config());
     CHECK(from_file.adds_bos());
     CHECK(from_file.encode("Hello world") == std::vector<std::int32_t>{2, 9259, 1902});
+}
+
+TEST_CASE("tiny tokenizer: a larger vocab_size pads with <unused_N> pieces that decode, and encodings do not change", "[tokenizer][tiny]") {
+    const auto plain_dir = gemma4::test::temp_dir("tiny_tok_plain"), padded_dir = gemma4::test::temp_dir("tiny_tok_padded");
+    const auto plain = gemma4::write_tiny_tokenizer(plain_dir);
+    const auto padded = gemma4::write_tiny_tokenizer(padded_dir, false, 400, plain.vocab_size + 1000);
+    CHECK(padded.vocab_size == plain.vocab_size + 1000);
+    const auto a = gemma4::Tokenizer::from_file(plain.tokenizer_json), b = gemma4::Tokenizer::from_file(padded.tokenizer_json);
+    CHECK(b.vocab_size() == static_cast<std::size_t>(plain.vocab_size) + 1000);
+    CHECK(b.decode(std::vector<std::int32_t>{plain.vocab_size}) == "<unused_0>");
+    CHECK(b.decode(std::vector<std::int32_t>{plain.vocab_size + 999}) == "<unused_999>");
+    for (const std::string text : {"the cat sat on the mat", "Hello, world! 123", "ünïcödé"}) CHECK(a.encode(text, false) == b.encode(text, false));
+    // A smaller or equal vocab_size changes nothing.
+    CHECK(gemma4::write_tiny_tokenizer(gemma4::test::temp_dir("tiny_tok_small"), false, 400, 10).vocab_size == plain.vocab_size);
 }

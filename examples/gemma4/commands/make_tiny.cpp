@@ -79,7 +79,7 @@ int make_tiny(cli::Args& args, const std::string& out) {
     }
     const bool with_tokenizer = !args.flag("no-tokenizer");
     args.finish();
-    if (with_tokenizer) adopt_tiny_tokenizer(c, write_tiny_tokenizer(out));
+    if (with_tokenizer) adopt_tiny_tokenizer(c, write_tiny_tokenizer(out, false, 400, c.vocab_size));
     // Validate through the same parser that loads it.
     parse_config(config_to_json(c), "make-tiny");
     write_random_checkpoint(out, c, o);
@@ -110,7 +110,7 @@ const gemma4::cli::Command reg{"make-tiny", "write a random checkpoint of any sh
                                    {"no-tokenizer", "", "write no tokenizer.json"},
                                    {"assistant", "", "write an assistant (drafter) checkpoint for the checkpoint given by --target"},
                                    {"target", "DIR", "with --assistant: the target checkpoint whose widths and KV geometry it matches"},
-                                   {"vocab-size", "N", "vocabulary size (at least the small tokenizer's)"},
+                                   {"vocab-size", "N", "vocabulary size (a larger one pads tokenizer.json with <unused_N> pieces)"},
                                    {"hidden-size", "N", "hidden size (with --assistant: the assistant's own, default half the target's)"},
                                    {"intermediate-size", "N", "MLP intermediate size (with --assistant: the assistant's own)"},
                                    {"layers", "N", "decoder layers, 1 to 256"},

@@ -146,9 +146,11 @@ inline std::vector<std::pair<std::string, std::string>> train_tiny_merges(std::s
 
 /// Writes tokenizer.json and tokenizer_config.json into `dir` (created if needed). With
 /// `add_bos_token` false (the default, as in the instruction-tuned Gemma 4 checkpoint) encode()
-/// adds no BOS; the chat template writes "<bos>" itself.
+/// adds no BOS; the chat template writes "<bos>" itself. A `vocab_size` beyond the tokenizer's
+/// own pads the vocabulary with "<unused_N>" pieces (Gemma's tokenizer has such), so every id of
+/// a model of that vocabulary decodes — random-weight models of the 12B's shapes emit them all.
 inline TinyTokenizerInfo write_tiny_tokenizer(const std::filesystem::path& dir, bool add_bos_token = false,
-                                              std::size_t merge_steps = 400) {
+                                              std::size_t merge_steps = 400, std::int64_t vocab_size = 0) {
     using ordered = nlohmann::ordered_json;
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -209,6 +211,7 @@ inline TinyTokenizerInfo write_tiny_tokenizer(const std::filesystem::path& dir, 
         add_piece(left + right);
         merges.push_back(ordered::array({left, right}));
     }
+    for (std::int64_t unused = 0; next_id < vocab_size; ++unused) add_piece("<unused_" + std::to_string(unused) + ">");
     info.vocab_size = next_id;
 
     const std::string metaspace(detail::kTinyMetaspace);
