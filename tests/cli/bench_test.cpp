@@ -12,6 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <tuple>
+
 using gemma4::test::run_cli;
 
 namespace {
@@ -56,7 +59,7 @@ TEST_CASE("bench --weights q8_0 / q4_0 loads a GGUF file it wrote, times the loa
     CHECK(bad.err.find("--gguf-dir and --keep-gguf need --weights q8_0 or q4_0") != std::string::npos);
 }
 
-TEST_CASE("bench: bytes read per step are labelled computed; with --context the K/V read is counted and grows", "[cli][bench]") {
+TEST_CASE("bench: bytes read per step are labelled computed, and with --context the K/V read is counted and grows", "[cli][bench]") {
     const nlohmann::json plain = bench_json("--weights int8");
     CHECK(plain.contains("weight_bytes_per_step_computed"));
     CHECK(plain.contains("weight_bytes_per_token_computed"));
@@ -106,5 +109,32 @@ TEST_CASE("bench --fixed-config runs the model type compiled for the shapes, and
         const auto r = run_cli(kTinyBench + bad);
         CHECK(r.status != 0);
         CHECK(r.err.find("--fixed-config") != std::string::npos);
+    }
+}
+
+TEST_CASE("bench --model measures a checkpoint directory or a GGUF file at its own shapes", "[cli][bench][gguf]") {
+    const auto gguf = std::filesystem::path(GEMMA4_TEST_DATA_DIR) / "gguf" / "tiny-gemma4-q8_0.gguf";
+    const auto dir = gemma4::test::temp_dir("cli_bench_model");
+    REQUIRE(run_cli("make-tiny --out " + dir.string() + " --layers 3").status == 0);
+    const std::string common = " --bandwidth-mb 8 --threads 2 --prompt-tokens 6 --gen-tokens 3 --json";
+    for (const auto& [path, weights, layers] : {std::tuple{gguf.string(), std::string("as-stored"), 0}, std::tuple{dir.string(), std::string("int8"), 3}}) {
+        INFO(path << " " << weights);
+        const auto r = run_cli("bench --model " + path + " --weights " + weights + common);
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const auto j = nlohmann::json::parse(r.out);
+        CHECK(j["config"] == path);
+        if (layers > 0) CHECK(j["layers"] == layers);
+        CHECK(j["layers"].get<int>() >= 1);
+        CHECK(j["decode_tokens_per_s"].get<double>() > 0);
+        CHECK(j["weight_bytes_per_step_computed"].get<double>() > 0);
+        CHECK(j["model_load_s"].get<double>() > 0);
+    }
+    for (const std::string bad : {"bench --model " + dir.string() + " --random-weights --weights int8", "bench --model " + dir.string() + " --weights int8 --layers 2",
+                                  "bench --model " + dir.string() + " --weights q4_0", "bench --weights int8"}) {
+        INFO(bad);
+        const auto r = run_cli(bad + common);
+        CHECK(r.status != 0);
+        CHECK(r.err.find("--model") != std::string::npos);
     }
 }

@@ -735,15 +735,22 @@ TEST_CASE("a conversation saved by one engine resumes in another, and through se
         }
 }
 
+namespace {
+/// endless(40) whose callback cancels the request at its n-th token (`calls` counts them).
+GenerateOptions cancelled_after(int n, int& calls) {
+    GenerateOptions o = endless(40);
+    o.on_token = [&calls, n](std::int32_t, std::string_view) { return ++calls < n; };
+    return o;
+}
+}  // namespace
+
 TEST_CASE("a request cancelled while generating saves where it stopped, and resumes with its pending id", "[engine][engine-file]") {
     const Model<float>& model = fixture().model;
     const auto dir = test::temp_dir("engine_files_cancel");
     const auto p1 = prompt_ids(44, 12), p2 = prompt_ids(45, 3);
     Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 8, .prefix_cache_entries = 4});
     int calls = 0;
-    GenerateOptions o = endless(40);
-    o.on_token = [&calls](std::int32_t, std::string_view) { return ++calls < 7; };
-    EngineRequest<float> r = request(p1, o);
+    EngineRequest<float> r = request(p1, cancelled_after(7, calls));
     r.save_to = dir / "cancelled.g4s";
     const EngineResult stopped = engine.submit(std::move(r)).wait();
     REQUIRE(stopped.finish == FinishReason::Cancelled);
@@ -754,9 +761,7 @@ TEST_CASE("a request cancelled while generating saves where it stopped, and resu
     // What a session that stopped the same way and continued gives.
     Session<float> never(model, &fixture().tokenizer);
     int session_calls = 0;
-    GenerateOptions so = endless(40);
-    so.on_token = [&session_calls](std::int32_t, std::string_view) { return ++session_calls < 7; };
-    never.generate(std::span<const std::int32_t>(p1), so);
+    never.generate(std::span<const std::int32_t>(p1), cancelled_after(7, session_calls));
     const GenerationResult next = never.generate(std::span<const std::int32_t>(p2), endless(9));
     check_same(engine.submit(resumed_request(p2, endless(9), dir / "cancelled.g4s")).wait(), next);
     // Its pending id alone is a prompt too.

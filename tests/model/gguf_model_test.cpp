@@ -350,7 +350,7 @@ std::string file_bytes(const std::filesystem::path& p) {
 
 }  // namespace
 
-TEST_CASE("gguf streaming writer: the same bytes as the in-memory writer; a tensor's bytes must add up", "[model][gguf][gguf-export]") {
+TEST_CASE("gguf streaming writer: the same bytes as the in-memory writer, and a tensor's bytes must add up", "[model][gguf][gguf-export]") {
     const auto dir = test::temp_dir("gguf_streaming");
     const std::vector<GgufKv> kvs{gguf_string("general.architecture", "x"), gguf_uint32("n", 3)};
     const std::vector<GgufTensorOut> tensors{{"a", {3}, GgmlType::F32, std::string(12, '\1')},

@@ -167,7 +167,7 @@ TEST_CASE("loadgen against serve: every request completes, and each level report
     CHECK(failed[0]["tokens_per_s"] == 0.0);
 }
 
-TEST_CASE("serve: ignore_eos runs a reply to max_tokens; a non-boolean is a 400 naming it", "[server][e2e][load]") {
+TEST_CASE("serve: ignore_eos runs a reply to max_tokens, and a non-boolean is a 400 naming it", "[server][e2e][load]") {
 #ifndef GEMMA4_HAVE_SERVE
     GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
 #endif

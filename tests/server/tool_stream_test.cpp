@@ -78,7 +78,7 @@ std::vector<StreamedCall> stream_calls(const ChatRequest& r, const std::string& 
 
 }  // namespace
 
-TEST_CASE("tool_choice: none, auto, required and a named function are parsed; errors name the field", "[server][request][tool_choice]") {
+TEST_CASE("tool_choice: none, auto, required and a named function are parsed, and errors name the field", "[server][request][tool_choice]") {
     CHECK(parse_chat_request(weather_request(nullptr)).tool_choice == ToolChoice::Auto);
     CHECK(parse_chat_request(weather_request("auto")).tool_choice == ToolChoice::Auto);
     CHECK(parse_chat_request(weather_request("required")).tool_choice == ToolChoice::Required);

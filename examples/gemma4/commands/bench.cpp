@@ -29,6 +29,8 @@
 // reads (every layer's visible positions, the window on sliding layers, times the cache's bytes
 // per position). The bandwidth fraction compares their sum per second with the measured read
 // bandwidth.
+// --model PATH: a checkpoint directory or GGUF file (a user's own, e.g. a Q4_0 file) measured
+// instead of random weights, at its own shapes, re-encoded at load as --weights asks.
 // --fixed-config: the same run with Model<float, C>, the type compiled for the 12B's shapes at 6
 // or 48 layers (head dims, head groups and window as constants of the attention kernels).
 #include "../cli.hpp"
@@ -247,7 +249,9 @@ inline constexpr Gemma4Config kTinyText = [] {
 }();
 
 int run(cli::Args& args) {
-    const std::string config_name = args.get("config").value_or("gemma-4-12b");
+    const auto config_opt = args.get("config");
+    const std::string config_name = config_opt.value_or("gemma-4-12b");
+    const auto model_path = args.get("model");
     const std::string weights = args.require("weights");
     const bool random = args.flag("random-weights");
     const auto P = args.number<std::int64_t>("prompt-tokens", 128);
@@ -280,7 +284,10 @@ int run(cli::Args& args) {
     } else if (accept_list || draft_max_list) {
         throw InvalidArgument("bench: --accept and --draft-max need --draft");
     }
-    if (!random) throw InvalidArgument("bench: only --random-weights is supported (weights are generated in memory)");
+    if (random == model_path.has_value())
+        throw InvalidArgument("bench: give either --random-weights (the config's shapes) or --model PATH (a checkpoint directory or GGUF file)");
+    if (model_path && (config_opt || layers_opt || fixed_config || draft == "assistant"))
+        throw InvalidArgument("bench: --model PATH measures that checkpoint as it is: no --config, --layers, --fixed-config or --draft assistant");
     if (config_name != "gemma-4-12b" && config_name != "tiny")
         throw InvalidArgument("bench: --config must be gemma-4-12b or tiny, got '" + config_name + "'");
     Gemma4Config c = config_name == "tiny" ? tiny_config() : kGemma4_12B;
@@ -288,8 +295,9 @@ int run(cli::Args& args) {
     // q8_0 / q4_0: the int8 / int4 weights, through a GGUF file.
     const std::string gguf_type = weights == "q8_0" || weights == "q4_0" ? weights : "";
     const auto format = gguf_type.empty() ? parse_weight_format(weights) : gguf_type == "q8_0" ? WeightFormat::Int8 : WeightFormat::Int4;
-    if (!format || *format == WeightFormat::AsStored)
-        throw InvalidArgument("bench: --weights must be int8, int4, bf16, q8_0 or q4_0, got '" + weights + "'");
+    if (!format || (*format == WeightFormat::AsStored && !model_path) || (model_path && gguf_type.size()))
+        throw InvalidArgument("bench: --weights must be int8, int4, bf16, q8_0 or q4_0 (with --model: as-stored, bf16, int8 or int4), got '" +
+                              weights + "'");
     if ((gguf_dir || keep_gguf) && gguf_type.empty()) throw InvalidArgument("bench: --gguf-dir and --keep-gguf need --weights q8_0 or q4_0");
     if (gguf_type.size() && draft == "assistant") throw InvalidArgument("bench: --draft assistant loads its own weights: not with q8_0 / q4_0");
     const std::int64_t max_layers = c.num_hidden_layers;
@@ -316,11 +324,12 @@ int run(cli::Args& args) {
     const double peak_amx = probes::amx_int8_peak(probe_pool);
 
     c.num_hidden_layers = layers;
-    say("generating random " + (gguf_type.empty() ? weights : std::string(gguf_type == "q8_0" ? "int8" : "int4")) + " weights for " + std::to_string(layers) + " layers ...");
+    if (model_path) say("loading " + *model_path + " as " + weights + " ...");
+    else say("generating random " + (gguf_type.empty() ? weights : std::string(gguf_type == "q8_0" ? "int8" : "int4")) + " weights for " + std::to_string(layers) + " layers ...");
     auto t0 = Clock::now();
-    Checkpoint ck{c, random_weights(c, *format, 1, threads), {}, "model.language_model."};
+    Checkpoint ck = model_path ? Checkpoint{} : Checkpoint{c, random_weights(c, *format, 1, threads), {}, "model.language_model."};
     const double gen_s = seconds_since(t0);
-    const double weight_bytes = static_cast<double>(matrix_bytes(ck.weights));
+    double weight_bytes = static_cast<double>(matrix_bytes(ck.weights));
     // A few plain ids (no placeholders) from `seed`.
     const auto plain_ids = [&](std::int64_t n, std::int64_t seed) {
         std::vector<std::int32_t> ids;
@@ -334,6 +343,7 @@ int run(cli::Args& args) {
     GgufRun gguf;
     ScratchFile scratch;
     scratch.keep = keep_gguf;
+    const auto load_t0 = Clock::now();
     // The runtime-configured model, or with --fixed-config the type compiled for these shapes.
     std::optional<Model<float>> runtime_model;
     std::optional<Model<float, k12B_6>> fixed_6;
@@ -343,6 +353,7 @@ int run(cli::Args& args) {
     else if (fixed_config && layers == 6) fixed_6.emplace(std::move(ck), ModelOptions{threads});
     else if (fixed_config) fixed_48.emplace(std::move(ck), ModelOptions{threads});
     else runtime_model.emplace([&] {
+        if (model_path) return Model<float>::load(*model_path, ModelOptions{threads}, LoadOptions{.format = *format});
         if (gguf_type.empty()) return Model<float>(std::move(ck), ModelOptions{threads});
         gguf.type = gguf_type;
         gguf.path = std::filesystem::path(gguf_dir.value_or(std::filesystem::temp_directory_path().string())) /
@@ -366,6 +377,12 @@ int run(cli::Args& args) {
         if (!gguf.matches) throw Error("bench: " + gguf.path.string() + " gives other greedy ids than the same weights in memory");
         return loaded;
     }());
+    const double model_load_s = seconds_since(load_t0);
+    if (model_path) {  // the checkpoint's own shapes and weights
+        c = runtime_model->config();
+        ModelWeights views = runtime_model->weights();  // views: a cheap copy
+        weight_bytes = static_cast<double>(matrix_bytes(views));
+    }
 
     KVCache<float> cache = [&] {
         const Gemma4Config& mc = runtime_model ? runtime_model->config() : c;
@@ -475,9 +492,9 @@ int run(cli::Args& args) {
     const std::size_t rss = peak_rss_bytes();
 
     const KernelChoice kernels = active_kernels();
-    nlohmann::json j{{"config", config_name},
+    nlohmann::json j{{"config", model_path ? *model_path : config_name},
                      {"weights", weights},
-                     {"layers", layers},
+                     {"layers", c.num_hidden_layers},
                      {"fixed_config", fixed_config},
                      {"threads", pool_size},
                      {"prompt_tokens", P},
@@ -498,6 +515,7 @@ int run(cli::Args& args) {
                      {"kv_bytes_in_use", kv_bytes},
                      {"peak_rss_bytes", rss},
                      {"weight_generation_s", gen_s},
+                     {"model_load_s", model_load_s},
                      {"cpu", cpu_model()},
                      {"isa", isa_name(active_isa())},
                      {"isa_cpu", isa_name(isa_report().cpu)},
@@ -548,7 +566,7 @@ int run(cli::Args& args) {
         return 0;
     }
     std::printf("%s, %s weights, %lld layers, %u threads, level %s (q8/q4 %s, bf16 %s, attention %s)\n", cpu_model().c_str(), weights.c_str(),
-                static_cast<long long>(layers), pool_size, std::string(isa_name(active_isa())).c_str(), kernels.quant.c_str(),
+                static_cast<long long>(c.num_hidden_layers), pool_size, std::string(isa_name(active_isa())).c_str(), kernels.quant.c_str(),
                 kernels.bf16.c_str(), kernels.attention.c_str());
     const double peak = int8_kernels ? peak_int8 : peak_fma;
     std::printf("prefill   %8.2f tok/s   (%lld tokens x %lld, %.1f GFLOP/s = %.0f%% of the %s peak %.1f G/s)\n", prefill_tps,
@@ -591,8 +609,9 @@ int run(cli::Args& args) {
 
 const cli::Command reg{"bench", "prefill/decode speed with random weights at the 12B shapes",
                        cli::Options{
-                           {"weights", "int8|int4|bf16|q8_0|q4_0", "format of the generated weights (q8_0/q4_0: int8/int4 written as a GGUF file and loaded from it)", cli::kRequired},
-                           {"random-weights", "", "generate the weights in memory (the only mode; must be given)"},
+                           {"weights", "FORMAT", "int8, int4, bf16, q8_0 or q4_0: the generated weights (q8_0/q4_0: int8/int4 written as a GGUF file and loaded from it); with --model: as-stored, bf16, int8 or int4 (re-encoded at load)", cli::kRequired},
+                           {"random-weights", "", "generate the weights in memory at the --config's shapes"},
+                           {"model", "PATH", "measure this checkpoint directory or GGUF file instead of random weights"},
                            {"config", "NAME", "model shapes: gemma-4-12b (the default) or tiny (6 layers, for tests)"},
                            {"layers", "N", "decoder layers, 1 to the config's (default: all, 48 for the 12B)"},
                            {"fixed-config", "", "run Model<float, C>, compiled for the 12B's shapes (--layers 6 or 48): head dims, groups and window as constants"},
