@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <string>
 #include <tuple>
+#include <vector>
 
 using gemma4::test::run_cli;
 
@@ -130,8 +132,9 @@ TEST_CASE("bench --model measures a checkpoint directory or a GGUF file at its o
         CHECK(j["weight_bytes_per_step_computed"].get<double>() > 0);
         CHECK(j["model_load_s"].get<double>() > 0);
     }
-    for (const std::string bad : {"bench --model " + dir.string() + " --random-weights --weights int8", "bench --model " + dir.string() + " --weights int8 --layers 2",
-                                  "bench --model " + dir.string() + " --weights q4_0", "bench --weights int8"}) {
+    const std::string with_model = "bench --model " + dir.string();
+    for (const std::string& bad : std::vector<std::string>{with_model + " --random-weights --weights int8", with_model + " --weights int8 --layers 2",
+                                                           with_model + " --weights q4_0", "bench --weights int8"}) {
         INFO(bad);
         const auto r = run_cli(bad + common);
         CHECK(r.status != 0);
