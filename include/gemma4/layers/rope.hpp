@@ -65,17 +65,15 @@ template <class T>
 class StepRope {
 public:
     StepRope(const Gemma4Config& c, std::span<const std::int64_t> positions) {
-        for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-            const LayerGeometry g = c.layer(l);
-            RopeTable<T>& table = (*this)[g.kind];
-            if (table.half() == 0) table = RopeTable<T>(rope_inverse_frequencies<T>(g), positions);
-        }
+        if (c.num_layers_of(AttentionKind::Sliding) > 0)
+            sliding_ = RopeTable<T>(rope_inverse_frequencies<T>(c.geometry(AttentionKind::Sliding)), positions);
+        if (c.num_layers_of(AttentionKind::Full) > 0)
+            full_ = RopeTable<T>(rope_inverse_frequencies<T>(c.geometry(AttentionKind::Full)), positions);
     }
 
     const RopeTable<T>& operator[](AttentionKind kind) const { return kind == AttentionKind::Sliding ? sliding_ : full_; }
 
 private:
-    RopeTable<T>& operator[](AttentionKind kind) { return kind == AttentionKind::Sliding ? sliding_ : full_; }
     RopeTable<T> sliding_, full_;
 };
 
