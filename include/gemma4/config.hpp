@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 namespace gemma4 {
 inline namespace GEMMA4_ABI {
@@ -233,8 +234,11 @@ constexpr std::int64_t parameter_count(const Gemma4Config& c) {
 inline constexpr Gemma4Config kConfigFromCheckpoint{};
 
 /// Whether a model type's configuration parameter fixes the configuration at compile time.
+/// Compared as template arguments (the same object or not), not as addresses: with
+/// -fsanitize=address GCC does not fold a comparison of two variables' addresses.
 template <const Gemma4Config& C>
-inline constexpr bool is_fixed_config = &C != &kConfigFromCheckpoint;
+inline constexpr bool is_fixed_config =
+    !std::is_same_v<std::integral_constant<const Gemma4Config*, &C>, std::integral_constant<const Gemma4Config*, &kConfigFromCheckpoint>>;
 
 /// `c` with its first n layers (Gemma 4's layer pattern): e.g. a fixed-configuration model type
 /// of the 12B's shapes with fewer layers, for benchmarks.
