@@ -5,6 +5,7 @@
 #include <gemma4/io/safetensors.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/quantize.hpp>
+#include <gemma4/model/save_checkpoint.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
 
 #include "support/temp_dir.hpp"

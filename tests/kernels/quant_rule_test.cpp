@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <gemma4/kernels/quant_acts.hpp>
-#include <gemma4/model/kv_cache.hpp>
+#include <gemma4/kv/kv_cache.hpp>
 #include <gemma4/tensor/ggml_blocks.hpp>
 #include <gemma4/tensor/quant.hpp>
 
@@ -56,7 +56,7 @@ float activations_before(const float* x, std::int64_t n, std::int8_t* q) {
     return d;
 }
 
-// The int8 KV cache's quantizer as model/kv_cache.hpp wrote it out (T: the model's scalar).
+// The int8 KV cache's quantizer as kv/kv_cache.hpp wrote it out (T: the model's scalar).
 template <class T>
 float kv_before(const T* x, std::int64_t n, std::int8_t* codes) {
     T amax = 0;

@@ -6,6 +6,7 @@
 #include <gemma4/model/assistant.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
+#include <gemma4/model/save_checkpoint.hpp>
 
 #include "support/message_matcher.hpp"
 #include "support/temp_dir.hpp"

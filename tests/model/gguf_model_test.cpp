@@ -11,6 +11,8 @@
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/quantize.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
+#include <gemma4/model/random_weights.hpp>
+#include <gemma4/model/save_checkpoint.hpp>
 
 #include "support/gguf_fixtures.hpp"
 #include "support/reference_model.hpp"

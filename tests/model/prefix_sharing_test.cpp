@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <gemma4/model/model.hpp>
-#include <gemma4/model/prompt_cache.hpp>
+#include <gemma4/kv/prompt_cache.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
 
 #include "support/reference_model.hpp"

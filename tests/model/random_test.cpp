@@ -6,6 +6,7 @@
 #include <gemma4/io/binary_stream.hpp>
 #include <gemma4/model/quantize.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
+#include <gemma4/model/random_weights.hpp>
 #include <gemma4/model/tensor_table.hpp>
 
 #include <cstring>

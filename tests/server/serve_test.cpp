@@ -536,3 +536,40 @@ TEST_CASE("serve: a client that leaves a non-streaming request cancels it and fr
     CHECK(r.status == 200);
     CHECK(r.json()["usage"]["completion_tokens"].get<int>() >= 1);
 }
+
+TEST_CASE("serve: model output the tokenizer cannot decode is the server's error (500) whether streamed or not", "[server][e2e][errors]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    // A model of 4096 ids served with the small tokenizer (a few hundred): greedy decoding of
+    // random weights soon picks an id the tokenizer does not have. The request itself is valid.
+    const auto dir = temp_dir("undecodable_model") / "tiny";
+    REQUIRE(run_cli("make-tiny --out " + dir.string() + " --vocab-size 4096").status == 0);
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
+        std::filesystem::copy_file(tiny_model() / file, dir / file, std::filesystem::copy_options::overwrite_existing);
+    ServerProcess server({}, "undecodable", dir);
+    const int port = server.port();
+    INFO(server.log());
+
+    const auto plain = http(port, "POST", "/v1/chat/completions", chat_body("the cat", 32).dump());
+    require_openai_error(plain, 500);
+    CHECK(plain.json()["error"]["type"] == "server_error");
+    CHECK_THAT(plain.json()["error"]["message"].get<std::string>(), Catch::Contains("not in the vocabulary"));
+
+    const auto completion = http(port, "POST", "/v1/completions", json{{"prompt", "the cat"}, {"max_tokens", 32}, {"temperature", 0}}.dump());
+    require_openai_error(completion, 500);
+
+    // Streamed: the headers are already sent, so the error is an event before [DONE].
+    const auto streamed = http(port, "POST", "/v1/chat/completions", chat_body("the cat", 32, true).dump());
+    REQUIRE(streamed.status == 200);
+    const auto events = sse_data(streamed.body);
+    REQUIRE(events.size() >= 2);
+    CHECK(events.back() == "[DONE]");
+    const json error = json::parse(events[events.size() - 2]);
+    CHECK(error["error"]["type"] == "server_error");
+    CHECK_THAT(error["error"]["message"].get<std::string>(), Catch::Contains("not in the vocabulary"));
+
+    // The server goes on: the prompt's own text still tokenizes.
+    CHECK(http(port, "POST", "/tokenize", R"({"content":"the cat"})").status == 200);
+    wait_until_idle(port);
+}

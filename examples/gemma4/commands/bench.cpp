@@ -42,6 +42,7 @@
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/quantize.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
+#include <gemma4/model/random_weights.hpp>
 
 #include <nlohmann/json.hpp>
 

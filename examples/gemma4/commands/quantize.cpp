@@ -4,6 +4,7 @@
 
 #include <gemma4/model/assistant_checkpoint.hpp>
 #include <gemma4/model/quantize.hpp>
+#include <gemma4/model/save_checkpoint.hpp>
 
 #include <filesystem>
 

@@ -239,10 +239,24 @@ private:
         };
     }
 
+    /// A request that was accepted and then failed in the engine. A prompt over the context is
+    /// the client's (400, as when it is found at admission); anything else — the model's output
+    /// not decoding, a full disk when saving — is the server's: 500, or 503 while stopping.
+    [[noreturn]] void rethrow_generation_error(std::exception_ptr error) const {
+        try {
+            std::rethrow_exception(error);
+        } catch (const ContextLengthError&) {
+            throw;
+        } catch (const std::exception& e) {
+            if (stopping_) throw ApiError(503, std::string("generation stopped: ") + e.what(), "server_unavailable_error");
+            throw ApiError(500, std::string("generation failed: ") + e.what(), "server_error");
+        }
+    }
+
     /// Waits for a non-streaming request's result, watching its connection meanwhile: a client
     /// that goes away cancels the request (its KV pages are freed at the engine's next step), as a
-    /// streaming one does. Rethrows a failed request's error.
-    static EngineResult finished_unless_gone(const httplib::Request& req, Stream& stream) {
+    /// streaming one does. Rethrows a failed request's error (rethrow_generation_error).
+    EngineResult finished_unless_gone(const httplib::Request& req, Stream& stream) const {
         const int fd = server::connection_socket(req.remote_addr, req.remote_port, req.local_port);
         std::optional<EngineResult> r;
         while (!(r = stream.handle->wait_for(std::chrono::milliseconds(100)))) {
@@ -251,7 +265,7 @@ private:
                 stream.handle->cancel();
             }
         }
-        if (r->error) std::rethrow_exception(r->error);
+        if (r->error) rethrow_generation_error(r->error);
         return std::move(*r);
     }
 

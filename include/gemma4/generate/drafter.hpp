@@ -13,7 +13,7 @@
 
 #include <gemma4/error.hpp>
 #include <gemma4/generate/sampler.hpp>
-#include <gemma4/model/kv_cache.hpp>
+#include <gemma4/kv/kv_cache.hpp>
 #include <gemma4/model/model.hpp>
 
 #include <algorithm>

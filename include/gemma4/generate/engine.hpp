@@ -28,7 +28,7 @@
 #include <gemma4/generate/sampler.hpp>
 #include <gemma4/generate/session.hpp>
 #include <gemma4/generate/stop.hpp>
-#include <gemma4/model/kv_cache.hpp>
+#include <gemma4/kv/kv_cache.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/multimodal.hpp>
 #include <gemma4/tokenizer/streaming_decoder.hpp>

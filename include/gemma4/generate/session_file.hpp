@@ -9,7 +9,7 @@
 //     32 u64 payload bytes          40 u64 payload FNV-1a 64     48 u64 header FNV-1a 64
 //     56 u64 zero
 //   config JSON: the model's canonical config.json (config_to_json, keys sorted, compact)
-//   payload: history ids, pending ids, random stream, KV record (model/kv_state.hpp), chat state
+//   payload: history ids, pending ids, random stream, KV record (kv/kv_state.hpp), chat state
 //
 // The fingerprint is FNV-1a 64 of the config JSON followed by the scalar-bytes and KV-dtype
 // bytes; the header checksum covers the 64 header bytes (its own field as zero) and the config
@@ -30,8 +30,8 @@
 #include <gemma4/generate/chat.hpp>
 #include <gemma4/io/binary_stream.hpp>
 #include <gemma4/io/config_json.hpp>
-#include <gemma4/model/kv_cache.hpp>
-#include <gemma4/model/kv_state.hpp>
+#include <gemma4/kv/kv_cache.hpp>
+#include <gemma4/kv/kv_state.hpp>
 
 #include <nlohmann/json.hpp>
 

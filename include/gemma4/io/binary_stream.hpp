@@ -1,5 +1,5 @@
 // Little-endian binary records with a running FNV-1a 64 checksum, for the library's own state
-// files (generate/session_file.hpp, model/kv_state.hpp). The reader knows how many bytes are
+// files (generate/session_file.hpp, kv/kv_state.hpp). The reader knows how many bytes are
 // left and checks every count against that and against a caller's bound before it allocates,
 // so a hostile file can never make it allocate more than the file holds.
 #pragma once

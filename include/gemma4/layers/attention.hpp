@@ -16,7 +16,7 @@
 #include <gemma4/layers/observer.hpp>
 #include <gemma4/layers/rms_norm.hpp>
 #include <gemma4/layers/rope.hpp>
-#include <gemma4/model/weights.hpp>
+#include <gemma4/tensor/weights.hpp>
 
 #include <algorithm>
 #include <cstdint>

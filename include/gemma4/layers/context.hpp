@@ -7,7 +7,7 @@
 #include <gemma4/config.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/layers/rope.hpp>
-#include <gemma4/model/kv_cache.hpp>
+#include <gemma4/kv/kv_cache.hpp>
 
 #include <cstdint>
 #include <vector>

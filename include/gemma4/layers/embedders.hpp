@@ -10,7 +10,7 @@
 #include <gemma4/kernels/layer_norm.hpp>
 #include <gemma4/kernels/linear.hpp>
 #include <gemma4/layers/rms_norm.hpp>
-#include <gemma4/model/weights.hpp>
+#include <gemma4/tensor/weights.hpp>
 
 #include <cstdint>
 #include <span>

@@ -8,7 +8,7 @@
 #include <gemma4/kernels/ops.hpp>
 #include <gemma4/layers/context.hpp>
 #include <gemma4/layers/observer.hpp>
-#include <gemma4/model/weights.hpp>
+#include <gemma4/tensor/weights.hpp>
 
 #include <cstdint>
 #include <vector>

@@ -26,7 +26,7 @@
 #include <gemma4/layers/rms_norm.hpp>
 #include <gemma4/layers/rope.hpp>
 #include <gemma4/model/assistant_checkpoint.hpp>
-#include <gemma4/model/kv_cache.hpp>
+#include <gemma4/kv/kv_cache.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/quantize.hpp>
 

@@ -13,7 +13,7 @@
 #include <gemma4/model/checkpoint.hpp>
 #include <gemma4/model/quantize.hpp>
 #include <gemma4/model/tensor_table.hpp>
-#include <gemma4/model/weights.hpp>
+#include <gemma4/tensor/weights.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -210,16 +210,6 @@ inline AssistantCheckpoint load_assistant_checkpoint(const std::filesystem::path
     if (options.format != WeightFormat::AsStored)
         quantize_matrices(assistant_matrices(ck.weights), ck.weights.storage, options.format, options.progress, *detail::LoadPool(options));
     return ck;
-}
-
-/// Writes `ck` as an assistant checkpoint directory: config.json (copied from the source
-/// directory when there is one) and one model.safetensors with every tensor as it is in memory
-/// (save_tensors: quantized matrices in the format of docs/checkpoint-formats.md, loaded back by
-/// mapping only).
-inline void save_assistant_checkpoint(const AssistantCheckpoint& ck, const std::filesystem::path& dir) {
-    detail::write_config_file(dir, ck.directory, [&] { return assistant_config_to_json(ck.config); });
-    AssistantWeights w = ck.weights;  // the table binds pointers into a copy of the views
-    save_tensors(assistant_tensor_table(ck.config, w), dir / "model.safetensors");
 }
 
 /// Whether a config.json describes an assistant (model_type gemma4_unified_assistant).

@@ -13,7 +13,7 @@
 #include <gemma4/io/safetensors.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/model/tensor_table.hpp>
-#include <gemma4/model/weights.hpp>
+#include <gemma4/tensor/weights.hpp>
 #include <gemma4/tensor/quant.hpp>
 
 #include <nlohmann/json.hpp>

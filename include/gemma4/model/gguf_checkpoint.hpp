@@ -17,7 +17,7 @@
 #include <gemma4/model/checkpoint.hpp>
 #include <gemma4/model/owned_buffers.hpp>
 #include <gemma4/model/tensor_table.hpp>
-#include <gemma4/model/weights.hpp>
+#include <gemma4/tensor/weights.hpp>
 #include <gemma4/tensor/ggml_blocks.hpp>
 #include <gemma4/tensor/quant.hpp>
 

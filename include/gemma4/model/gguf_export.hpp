@@ -15,7 +15,7 @@
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/model/gguf_checkpoint.hpp>
 #include <gemma4/model/tensor_table.hpp>
-#include <gemma4/model/weights.hpp>
+#include <gemma4/tensor/weights.hpp>
 #include <gemma4/tensor/ggml_blocks.hpp>
 #include <gemma4/tensor/quant.hpp>
 

@@ -17,7 +17,7 @@
 #include <gemma4/layers/observer.hpp>
 #include <gemma4/layers/rms_norm.hpp>
 #include <gemma4/model/checkpoint.hpp>
-#include <gemma4/model/kv_cache.hpp>
+#include <gemma4/kv/kv_cache.hpp>
 #include <gemma4/model/quantize.hpp>
 
 #include <cmath>

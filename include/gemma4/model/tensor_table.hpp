@@ -6,7 +6,7 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/config.hpp>
-#include <gemma4/model/weights.hpp>
+#include <gemma4/tensor/weights.hpp>
 
 #include <cstdint>
 #include <string>

@@ -12,8 +12,8 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/error.hpp>
-#include <gemma4/io/gguf.hpp>
 #include <gemma4/tensor/dtype.hpp>
+#include <gemma4/tensor/ggml_type.hpp>
 #include <gemma4/tensor/quant.hpp>
 
 #include <cmath>

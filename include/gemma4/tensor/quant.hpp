@@ -84,7 +84,7 @@ inline int symmetric_code(T x, T inv, int limit) {
 
 /// The symmetric quantizer: n values to codes in [−limit, limit] with the scale max|x|/limit,
 /// codes symmetric_code(x, limit/max|x|) (an all-zero block: scale 0, codes 0). Returns the scale.
-/// Activations (kernels/quant_acts.hpp) and the int8 KV cache (model/kv_cache.hpp) are exactly
+/// Activations (kernels/quant_acts.hpp) and the int8 KV cache (kv/kv_cache.hpp) are exactly
 /// this; the stored weight formats differ only in taking codes against their f16-rounded scale
 /// (quantize_row).
 template <class T, class Code>

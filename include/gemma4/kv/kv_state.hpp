@@ -18,7 +18,7 @@
 
 #include <gemma4/error.hpp>
 #include <gemma4/io/binary_stream.hpp>
-#include <gemma4/model/kv_cache.hpp>
+#include <gemma4/kv/kv_cache.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -269,7 +269,7 @@ public:
         return j < table.size() ? table[j] : -1;
     }
 
-    // ---- one sequence's state, for saving and restoring it (model/kv_state.hpp) --------------
+    // ---- one sequence's state, for saving and restoring it (kv/kv_state.hpp) --------------
 
     const KVCacheOptions& options() const { return options_; }
     std::int64_t max_positions() const { return max_positions_; }

@@ -8,7 +8,7 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/error.hpp>
-#include <gemma4/model/kv_cache.hpp>
+#include <gemma4/kv/kv_cache.hpp>
 
 #include <algorithm>
 #include <cstdint>

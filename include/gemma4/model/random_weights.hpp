@@ -1,0 +1,104 @@
+// Random weights of a text decoder generated directly in a weight format, without a checkpoint
+// file: the 12B's shapes in memory for benchmarks (gemma4 bench --random-weights).
+#pragma once
+
+#include <gemma4/abi.hpp>
+
+#include <gemma4/config.hpp>
+#include <gemma4/detail/random.hpp>
+#include <gemma4/kernels/thread_pool.hpp>
+#include <gemma4/model/owned_buffers.hpp>
+#include <gemma4/model/quantize.hpp>
+#include <gemma4/model/tensor_table.hpp>
+#include <gemma4/tensor/quant.hpp>
+#include <gemma4/tensor/weights.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace gemma4 {
+inline namespace GEMMA4_ABI {
+
+/// Weights of `c`'s text decoder with random values, generated directly in `format` (BF16,
+/// Int8 or Int4): matrices ~ uniform with unit-variance outputs, norms ≈ 1. Fast (a cheap
+/// generator per thread), for benchmarks at full size without a file.
+inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, std::uint64_t seed = 1, unsigned n_threads = 0) {
+    if (format == WeightFormat::AsStored) format = WeightFormat::BF16;
+    const DType target = format_dtype(format);
+    ModelWeights w;
+    auto owned = std::make_shared<detail::OwnedBuffers>();
+    ThreadPool pool(n_threads);
+    auto fill_random = [&](std::byte* p, std::size_t n, std::uint64_t s) {
+        pool.parallel_for(static_cast<std::int64_t>((n + 4095) / 4096), [&](std::int64_t p0, std::int64_t p1) {
+            // a generator per 4 KiB chunk, seeded by the chunk's index: the bytes do not depend on
+            // how chunks fall to threads
+            for (std::int64_t chunk = p0; chunk < p1; ++chunk) {
+                detail::SplitMix64 rng{s ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(chunk + 1))};
+                const std::size_t b0 = static_cast<std::size_t>(chunk) * 4096, b1 = std::min(n, b0 + 4096);
+                for (std::size_t i = b0; i < b1; i += 8) {
+                    const std::uint64_t x = rng.next();
+                    std::memcpy(p + i, &x, std::min<std::size_t>(8, b1 - i));
+                }
+            }
+        });
+    };
+    auto vector_f32 = [&](std::string name, std::int64_t n, float value) {
+        WeightView v{std::move(name), DType::F32, {n}, nullptr, static_cast<std::size_t>(4 * n)};
+        std::byte* p = owned->allocate(v.size_bytes);
+        for (std::int64_t i = 0; i < n; ++i) std::memcpy(p + 4 * i, &value, 4);
+        v.data = p;
+        return v;
+    };
+    std::uint64_t salt = seed;
+    auto matrix = [&](std::string name, std::int64_t rows, std::int64_t cols, double amax) {
+        WeightView v{std::move(name), target, {rows, cols}, nullptr, 0};
+        v.origin = DType::BF16;
+        const std::uint64_t matrix_seed = detail::splitmix64(salt);
+        if (target == DType::BF16) {
+            v.size_bytes = static_cast<std::size_t>(rows * cols * 2);
+            std::byte* p = owned->allocate(v.size_bytes);
+            fill_random(p, v.size_bytes, matrix_seed);
+            // keep random sign and mantissa; the exponent of amax/2, so |w| ∈ [amax/2, amax)
+            const std::uint16_t exp = static_cast<std::uint16_t>(float_to_bf16(static_cast<float>(amax / 2)) & 0x7f80u);
+            pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+                auto* h = reinterpret_cast<std::uint16_t*>(p);
+                for (std::int64_t i = r0 * cols; i < r1 * cols; ++i) h[i] = static_cast<std::uint16_t>((h[i] & 0x807fu) | exp);
+            }, 64);
+            v.data = p;
+        } else {
+            // random codes; every row's scales the same, padding rows' zero
+            const std::int64_t np = quant::panel_count(rows), pb = quant::panel_bytes(target, cols), ps = quant::panel_scale_count(cols);
+            v.size_bytes = static_cast<std::size_t>(np * pb);
+            std::byte* p = owned->allocate(v.size_bytes);
+            fill_random(p, v.size_bytes, matrix_seed);
+            auto* s = reinterpret_cast<std::uint16_t*>(owned->allocate(static_cast<std::size_t>(np * ps * 2)));
+            const std::uint16_t scale = quant::block_scale(static_cast<float>(amax), target);
+            pool.parallel_for(np, [&](std::int64_t p0, std::int64_t p1) {
+                for (std::int64_t i = p0 * ps; i < p1 * ps; ++i)
+                    s[i] = (i / ps) * quant::kPanelRows + i % quant::kPanelRows < rows ? scale : std::uint16_t{0};
+            }, 64);
+            v.data = p;
+            v.scales = reinterpret_cast<const std::byte*>(s);
+        }
+        return v;
+    };
+    // the text decoder's tensors of the checkpoint table: matrices ~ U(±√3/√fan_in) (unit-variance
+    // outputs; the embedding 0.05·√3, as random checkpoints), every vector 1
+    for (const TensorSpec& spec : tensor_table(c, "model.language_model.", w)) {
+        if (spec.group != TensorGroup::Text) continue;
+        if (spec.shape.size() == 2) {
+            const double amax = spec.field == &w.embed_tokens ? 0.05 * std::sqrt(3.0) : std::sqrt(3.0 / static_cast<double>(spec.shape[1]));
+            *spec.field = matrix(spec.name(), spec.shape[0], spec.shape[1], amax);
+        } else {
+            *spec.field = vector_f32(spec.name(), spec.shape[0], 1.0f);
+        }
+    }
+    w.storage = owned;
+    return w;
+}
+
+}  // namespace GEMMA4_ABI
+}  // namespace gemma4
