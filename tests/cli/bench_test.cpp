@@ -141,3 +141,29 @@ TEST_CASE("bench --model measures a checkpoint directory or a GGUF file at its o
         CHECK(r.err.find("--model") != std::string::npos);
     }
 }
+
+TEST_CASE("bench --image-tokens times the vision embedder and its dense products by the kernels and by Eigen", "[cli][bench][image]") {
+    const auto r = run_cli("bench --config tiny --random-weights --weights bf16 --image-tokens 3,17 --repeat 2 --threads 2 --json");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    REQUIRE(j["images"].size() == 2);
+    CHECK(j["images"][0]["image_tokens"] == 3);
+    CHECK(j["images"][1]["image_tokens"] == 17);
+    CHECK(j["patch_values"].get<int>() > 0);
+    for (const auto& image : j["images"]) {
+        CHECK(image["embedder_s"].get<double>() > 0);
+        CHECK(image["dense_kernels_s"].get<double>() > 0);
+        CHECK(image["dense_eigen_f32_s"].get<double>() > 0);
+        // Both ways compute the same products of the same bf16 values: only the order of the
+        // float sums differs.
+        CHECK(image["max_abs_output"].get<double>() > 0);
+        CHECK(image["max_abs_difference"].get<double>() <= 1e-4 * image["max_abs_output"].get<double>());
+    }
+    for (const std::string bad : {"--weights int8 --image-tokens 4", "--weights bf16 --image-tokens 0", "--weights bf16 --image-tokens 4 --repeat 0"}) {
+        INFO(bad);
+        const auto b = run_cli("bench --config tiny --random-weights --threads 2 " + bad);
+        CHECK(b.status != 0);
+        CHECK((b.err.find("--image-tokens") != std::string::npos || b.err.find("--repeat") != std::string::npos));
+    }
+}

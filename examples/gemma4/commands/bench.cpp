@@ -31,12 +31,17 @@
 // bandwidth.
 // --model PATH: a checkpoint directory or GGUF file (a user's own, e.g. a Q4_0 file) measured
 // instead of random weights, at its own shapes, re-encoded at load as --weights asks.
+// --image-tokens N[,N...]: the vision embedder on images of N soft tokens, and its two dense
+// products timed by the run-time bf16 kernel and by Eigen over f32 copies (why the float path
+// keeps the kernels: docs/architecture.md).
 // --fixed-config: the same run with Model<float, C>, the type compiled for the 12B's shapes at 6
 // or 48 layers (head dims, head groups and window as constants of the attention kernels).
 #include "../cli.hpp"
 #include "../probes.hpp"
 
 #include <gemma4/generate/session.hpp>
+#include <gemma4/kernels/dense.hpp>
+#include <gemma4/layers/embedders.hpp>
 #include <gemma4/model/assistant.hpp>
 #include <gemma4/model/gguf_export.hpp>
 #include <gemma4/model/model.hpp>
@@ -249,7 +254,123 @@ inline constexpr Gemma4Config kTinyText = [] {
     return c;
 }();
 
+/// The embedders' two dense products, the way the library does not run them: Eigen (dense.hpp)
+/// over f32 copies of the bf16 weights, the rows split over the pool as the double path splits
+/// them. For --image-tokens, next to the run-time kernels reading the bf16 weights in place.
+void eigen_linear(const std::vector<float>& w, std::int64_t N, std::int64_t K, const float* x, float* y, std::int64_t tokens,
+                  ThreadPool& pool) {
+    constexpr std::int64_t kBlock = 64;
+    pool.parallel_for(
+        N,
+        [&](std::int64_t n0, std::int64_t n1) {
+            for (std::int64_t nb = n0; nb < n1; nb += kBlock) {
+                const std::int64_t nr = std::min(kBlock, n1 - nb);
+                detail::dense_product(w.data() + nb * K, K, nr, K, Rows<const float>{x, K}, Rows<float>{y + nb, N}, tokens);
+            }
+        },
+        16);
+}
+
+/// --image-tokens N[,N...]: an image of N soft tokens through the vision embedder at the
+/// config's shapes (random bf16 weights), and its two dense products (patch_dense P → E,
+/// embedding_projection E → H) timed both ways: the run-time level's bf16 kernel, and Eigen
+/// over f32 copies of the weights. Best of --repeat runs each, alternating.
+int run_image(cli::Args& args) {
+    const std::string config_name = args.get("config").value_or("gemma-4-12b");
+    const std::string weights = args.require("weights");
+    const bool random = args.flag("random-weights");
+    const auto counts = parse_list<std::int64_t>(args, "image-tokens", *args.get("image-tokens"));
+    const auto threads = args.number<unsigned>("threads", 0);
+    const auto repeats = args.number<int>("repeat", 3);
+    const bool json = args.flag("json");
+    args.finish();
+    if (!random || weights != "bf16")
+        throw InvalidArgument("bench: --image-tokens runs the vision embedder on random weights held as checkpoints store them: give --random-weights --weights bf16");
+    if (config_name != "gemma-4-12b" && config_name != "tiny")
+        throw InvalidArgument("bench: --config must be gemma-4-12b or tiny, got '" + config_name + "'");
+    if (repeats < 1) throw InvalidArgument("bench: --repeat must be >= 1");
+    for (const std::int64_t n : counts)
+        if (n < 1 || n > 4096) throw InvalidArgument("bench: --image-tokens values must be in [1, 4096]");
+    // Only the embedder's tensors: no decoder layers, a token table of a few rows.
+    Gemma4Config c = with_layers(config_name == "tiny" ? tiny_config() : kGemma4_12B, 0);
+    c.vocab_size = 16;
+    c.has_vision = true;
+    c.has_audio = false;
+    ThreadPool pool(threads);
+    const ModelWeights w = random_weights(c, WeightFormat::BF16, 1, threads);
+    const VisionEmbedder<float> embed(c, w.vision);
+    const std::int64_t P = c.vision.patch_values(), E = c.vision_embed_dim(), H = c.hidden_size, table = c.vision.mm_posemb_size;
+    const std::vector<float> dense_f32 = w.vision.patch_dense_weight.to_vector<float>(), projection_f32 = w.vision.embedding_projection.to_vector<float>();
+
+    nlohmann::json runs = nlohmann::json::array();
+    for (const std::int64_t n : counts) {
+        detail::SplitMix64 rng{static_cast<std::uint64_t>(n)};
+        std::vector<float> patches(static_cast<std::size_t>(n * P));
+        for (float& v : patches) v = static_cast<float>(rng.symmetric());
+        std::vector<std::int32_t> positions(static_cast<std::size_t>(2 * n));
+        for (std::int64_t i = 0; i < n; ++i) {
+            positions[static_cast<std::size_t>(2 * i)] = static_cast<std::int32_t>(i % table);
+            positions[static_cast<std::size_t>(2 * i + 1)] = static_cast<std::int32_t>(i / table % table);
+        }
+        std::vector<float> h(static_cast<std::size_t>(n * E)), out_kernel(static_cast<std::size_t>(n * H)), h_eigen(h.size()), out_eigen(out_kernel.size());
+        double embedder_s = 1e30, kernel_s = 1e30, eigen_s = 1e30;
+        for (int r = 0; r < repeats; ++r) {
+            auto t0 = Clock::now();
+            const std::vector<float> soft = embed(patches, positions, pool);
+            embedder_s = std::min(embedder_s, seconds_since(t0));
+            t0 = Clock::now();
+            linear<float>(w.vision.patch_dense_weight, {patches.data(), P}, {h.data(), E}, n, pool);
+            linear<float>(w.vision.embedding_projection, {h.data(), E}, {out_kernel.data(), H}, n, pool);
+            kernel_s = std::min(kernel_s, seconds_since(t0));
+            t0 = Clock::now();
+            eigen_linear(dense_f32, E, P, patches.data(), h_eigen.data(), n, pool);
+            eigen_linear(projection_f32, H, E, h_eigen.data(), out_eigen.data(), n, pool);
+            eigen_s = std::min(eigen_s, seconds_since(t0));
+        }
+        double max_diff = 0, max_abs = 0;
+        for (std::size_t i = 0; i < out_kernel.size(); ++i) {
+            max_diff = std::max(max_diff, static_cast<double>(std::abs(out_kernel[i] - out_eigen[i])));
+            max_abs = std::max(max_abs, static_cast<double>(std::abs(out_kernel[i])));
+        }
+        const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(P * E + E * H);
+        runs.push_back({{"image_tokens", n},
+                        {"embedder_s", embedder_s},
+                        {"dense_kernels_s", kernel_s},
+                        {"dense_eigen_f32_s", eigen_s},
+                        {"dense_kernels_flops_per_s", flops / kernel_s},
+                        {"dense_eigen_flops_per_s", flops / eigen_s},
+                        {"max_abs_difference", max_diff},
+                        {"max_abs_output", max_abs}});
+    }
+    const KernelChoice kernels = active_kernels();
+    const nlohmann::json j{{"config", config_name},
+                           {"threads", pool.size()},
+                           {"patch_values", P},
+                           {"embed_dim", E},
+                           {"hidden_size", H},
+                           {"repeat", repeats},
+                           {"images", runs},
+                           {"cpu", cpu_model()},
+                           {"isa", isa_name(active_isa())},
+                           {"linear_bf16", kernels.bf16},
+                           {"eigen_simd", Eigen::SimdInstructionSetsInUse()},
+                           {"build_abi", abi_name()}};
+    if (json) {
+        std::printf("%s\n", j.dump().c_str());
+        return 0;
+    }
+    std::printf("vision embedder, %s shapes (P %lld -> E %lld -> H %lld), %zu threads, %s; best of %d\n", config_name.c_str(),
+                static_cast<long long>(P), static_cast<long long>(E), static_cast<long long>(H), pool.size(), std::string(isa_name(active_isa())).c_str(), repeats);
+    std::printf("  soft tokens  embedder s  dense: kernels s  Eigen f32 s  (GFLOP/s kernels / Eigen)\n");
+    for (const auto& r : runs)
+        std::printf("  %11lld  %10.3f  %16.3f  %11.3f  (%.1f / %.1f)\n", r["image_tokens"].get<long long>(), r["embedder_s"].get<double>(),
+                    r["dense_kernels_s"].get<double>(), r["dense_eigen_f32_s"].get<double>(), r["dense_kernels_flops_per_s"].get<double>() / 1e9,
+                    r["dense_eigen_flops_per_s"].get<double>() / 1e9);
+    return 0;
+}
+
 int run(cli::Args& args) {
+    if (args.get("image-tokens")) return run_image(args);
     const auto config_opt = args.get("config");
     const std::string config_name = config_opt.value_or("gemma-4-12b");
     const auto model_path = args.get("model");
@@ -627,6 +748,8 @@ const cli::Command reg{"bench", "prefill/decode speed with random weights at the
                            {"bandwidth-mb", "MB", "buffer size of the read-bandwidth probe (default: 1536)"},
                            {"gguf-dir", "DIR", "where --weights q8_0/q4_0 write their scratch .gguf (default: the temp folder)"},
                            {"keep-gguf", "", "keep the scratch .gguf (its path is printed in --json)"},
+                           {"image-tokens", "N[,N...]", "time the vision embedder on images of N soft tokens, its dense products by the kernels and by Eigen (with --random-weights --weights bf16)"},
+                           {"repeat", "N", "with --image-tokens: runs of each, the best kept (default: 3)"},
                            {"json", "", "print one JSON object on stdout"},
                        } + cli::threads_option(),
                        run};

@@ -66,7 +66,7 @@ public:
         std::vector<T> normed(patches.size()), h(static_cast<std::size_t>(n * E)), out(static_cast<std::size_t>(n * H));
         for (std::int64_t i = 0; i < n; ++i) ln1_(patches.data() + i * P, normed.data() + i * P);
         linear<T>(w_.patch_dense_weight, {normed.data(), P}, {h.data(), E}, n, pool);
-                for (std::int64_t i = 0; i < n; ++i) {
+        for (std::int64_t i = 0; i < n; ++i) {
             T* row = h.data() + i * E;
             for (std::int64_t j = 0; j < E; ++j) row[j] += dense_bias_[static_cast<std::size_t>(j)];
             ln2_(row, row);

@@ -22,9 +22,10 @@
 namespace gemma4 {
 inline namespace GEMMA4_ABI {
 
-/// Weights of `c`'s text decoder with random values, generated directly in `format` (BF16,
-/// Int8 or Int4): matrices ~ uniform with unit-variance outputs, norms ≈ 1. Fast (a cheap
-/// generator per thread), for benchmarks at full size without a file.
+/// Weights of `c` with random values: the text decoder's generated directly in `format` (BF16,
+/// Int8 or Int4), the image and audio embedders' (when `c` has them) in bf16; matrices ~
+/// uniform with unit-variance outputs, norms ≈ 1. Fast (a cheap generator per thread), for
+/// benchmarks at full size without a file.
 inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, std::uint64_t seed = 1, unsigned n_threads = 0) {
     if (format == WeightFormat::AsStored) format = WeightFormat::BF16;
     const DType target = format_dtype(format);
@@ -53,11 +54,11 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
         return v;
     };
     std::uint64_t salt = seed;
-    auto matrix = [&](std::string name, std::int64_t rows, std::int64_t cols, double amax) {
-        WeightView v{std::move(name), target, {rows, cols}, nullptr, 0};
+    auto matrix = [&](std::string name, std::int64_t rows, std::int64_t cols, double amax, DType dtype) {
+        WeightView v{std::move(name), dtype, {rows, cols}, nullptr, 0};
         v.origin = DType::BF16;
         const std::uint64_t matrix_seed = detail::splitmix64(salt);
-        if (target == DType::BF16) {
+        if (dtype == DType::BF16) {
             v.size_bytes = static_cast<std::size_t>(rows * cols * 2);
             std::byte* p = owned->allocate(v.size_bytes);
             fill_random(p, v.size_bytes, matrix_seed);
@@ -70,12 +71,12 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
             v.data = p;
         } else {
             // random codes; every row's scales the same, padding rows' zero
-            const std::int64_t np = quant::panel_count(rows), pb = quant::panel_bytes(target, cols), ps = quant::panel_scale_count(cols);
+            const std::int64_t np = quant::panel_count(rows), pb = quant::panel_bytes(dtype, cols), ps = quant::panel_scale_count(cols);
             v.size_bytes = static_cast<std::size_t>(np * pb);
             std::byte* p = owned->allocate(v.size_bytes);
             fill_random(p, v.size_bytes, matrix_seed);
             auto* s = reinterpret_cast<std::uint16_t*>(owned->allocate(static_cast<std::size_t>(np * ps * 2)));
-            const std::uint16_t scale = quant::block_scale(static_cast<float>(amax), target);
+            const std::uint16_t scale = quant::block_scale(static_cast<float>(amax), dtype);
             pool.parallel_for(np, [&](std::int64_t p0, std::int64_t p1) {
                 for (std::int64_t i = p0 * ps; i < p1 * ps; ++i)
                     s[i] = (i / ps) * quant::kPanelRows + i % quant::kPanelRows < rows ? scale : std::uint16_t{0};
@@ -85,13 +86,18 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
         }
         return v;
     };
-    // the text decoder's tensors of the checkpoint table: matrices ~ U(±√3/√fan_in) (unit-variance
-    // outputs; the embedding 0.05·√3, as random checkpoints), every vector 1
+    // every tensor of the checkpoint table: matrices ~ U(±√3/√fan_in) (unit-variance outputs;
+    // the embedding and the image position table 0.05·√3, as random checkpoints), every vector 1.
+    // The text decoder's matrices are in `format`; the embedders' (when c has them) stay bf16,
+    // as a checkpoint stores them: the load-time formats do not apply to them.
     for (const TensorSpec& spec : tensor_table(c, "model.language_model.", w)) {
-        if (spec.group != TensorGroup::Text) continue;
-        if (spec.shape.size() == 2) {
+        const DType dtype = spec.group == TensorGroup::Text ? target : DType::BF16;
+        if (spec.shape.size() == 3) {  // pos_embedding [table, 2, E]
+            *spec.field = matrix(spec.name(), spec.shape[0] * spec.shape[1], spec.shape[2], 0.05 * std::sqrt(3.0), DType::BF16);
+            spec.field->shape = spec.shape;
+        } else if (spec.shape.size() == 2) {
             const double amax = spec.field == &w.embed_tokens ? 0.05 * std::sqrt(3.0) : std::sqrt(3.0 / static_cast<double>(spec.shape[1]));
-            *spec.field = matrix(spec.name(), spec.shape[0], spec.shape[1], amax);
+            *spec.field = matrix(spec.name(), spec.shape[0], spec.shape[1], amax, dtype);
         } else {
             *spec.field = vector_f32(spec.name(), spec.shape[0], 1.0f);
         }
