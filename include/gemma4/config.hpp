@@ -228,9 +228,10 @@ constexpr std::int64_t parameter_count(const Gemma4Config& c) {
 
 /// The default configuration parameter of the model types (Model<T>, Attention<Kind, T>): no
 /// configuration is fixed at compile time, every size is read from config.json at load. A model
-/// type given a constexpr configuration instead (Model<float, kGemma4_12B>) has that
-/// configuration's head dims, head groups and window as compile-time constants in its attention
-/// kernels, and loads only checkpoints whose config.json equals it.
+/// type given a constexpr configuration instead (Model<float, kGemma4_12B>) loads only
+/// checkpoints whose config.json equals it, and says which fields differ. (Its sizes were once
+/// also constants of the attention kernels; that bought no measurable time, see
+/// docs/performance.md "Fixed configuration", and was taken out.)
 inline constexpr Gemma4Config kConfigFromCheckpoint{};
 
 /// Whether a model type's configuration parameter fixes the configuration at compile time.

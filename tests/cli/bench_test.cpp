@@ -101,19 +101,6 @@ TEST_CASE("bench: bytes read per step are labelled computed, and with --context 
     CHECK(int8["kv_bytes_read_per_step_computed"].get<double>() < last / 2);
 }
 
-TEST_CASE("bench --fixed-config runs the model type compiled for the shapes, and only where one is compiled", "[cli][bench]") {
-    const nlohmann::json j = bench_json("--weights int8 --fixed-config");
-    CHECK(j["fixed_config"] == true);
-    CHECK(j["decode_tokens_per_s"].get<double>() > 0);
-    CHECK(bench_json("--weights int8")["fixed_config"] == false);
-    for (const std::string bad : {"--weights int8 --fixed-config --layers 3", "--weights q8_0 --fixed-config"}) {
-        INFO(bad);
-        const auto r = run_cli(kTinyBench + bad);
-        CHECK(r.status != 0);
-        CHECK(r.err.find("--fixed-config") != std::string::npos);
-    }
-}
-
 TEST_CASE("bench --model measures a checkpoint directory or a GGUF file at its own shapes", "[cli][bench][gguf]") {
     const auto gguf = std::filesystem::path(GEMMA4_TEST_DATA_DIR) / "gguf" / "tiny-gemma4-q8_0.gguf";
     const auto dir = gemma4::test::temp_dir("cli_bench_model");

@@ -30,7 +30,7 @@ std::set<std::string> operator+(std::set<std::string> a, const std::set<std::str
 
 const std::map<std::string, std::set<std::string>> kReads = {
     {"bench", {"config", "weights", "random-weights", "model", "layers", "prompt-tokens", "gen-tokens", "threads", "batch", "bandwidth-mb",
-               "context", "kv", "json", "draft", "accept", "draft-max", "gguf-dir", "keep-gguf", "fixed-config", "image-tokens", "repeat"}},
+               "context", "kv", "json", "draft", "accept", "draft-max", "gguf-dir", "keep-gguf", "image-tokens", "repeat"}},
     {"chat", std::set<std::string>{"model", "system", "think", "session", "threads"} + kGeneration + kSpeculative + kMediaFiles},
     {"demo", {"out", "prompt", "threads", "max-new-tokens", "temperature", "seed"}},
     {"detokenize", {"tokenizer", "jsonl", "skip-special"}},

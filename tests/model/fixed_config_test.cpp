@@ -1,7 +1,6 @@
-// Model<T, C>: a model type compiled for one constexpr configuration. Its attention kernels take
-// head_dim, the head group and the window as constants; it must give exactly the logits of the
-// runtime-configured Model<T>, and refuse a checkpoint of any other configuration, naming the
-// differing fields.
+// Model<T, C>: a model type compiled for one constexpr configuration. It must give exactly the
+// logits of the runtime-configured Model<T>, and refuse a checkpoint of any other configuration,
+// naming the differing fields.
 #include <catch2/catch.hpp>
 
 #include <gemma4/model/model.hpp>

@@ -34,8 +34,6 @@
 // --image-tokens N[,N...]: the vision embedder on images of N soft tokens, and its two dense
 // products timed by the run-time bf16 kernel and by Eigen over f32 copies (why the float path
 // keeps the kernels: docs/architecture.md).
-// --fixed-config: the same run with Model<float, C>, the type compiled for the 12B's shapes at 6
-// or 48 layers (head dims, head groups and window as constants of the attention kernels).
 #include "../cli.hpp"
 #include "../probes.hpp"
 
@@ -240,20 +238,6 @@ std::vector<V> parse_list(cli::Args& args, const std::string& name, const std::s
     return out;
 }
 
-/// The configurations --fixed-config compiles for: the 12B's text decoder at 6 and 48 layers.
-constexpr Gemma4Config text_decoder(std::int64_t layers) {
-    Gemma4Config c = with_layers(kGemma4_12B, layers);
-    c.has_vision = c.has_audio = false;
-    return c;
-}
-inline constexpr Gemma4Config k12B_6 = text_decoder(6), k12B_48 = text_decoder(48);
-/// And for tests: the tiny configuration's text decoder.
-inline constexpr Gemma4Config kTinyText = [] {
-    Gemma4Config c = tiny_config();
-    c.has_vision = c.has_audio = false;
-    return c;
-}();
-
 /// The embedders' two dense products, the way the library does not run them: Eigen (dense.hpp)
 /// over f32 copies of the bf16 weights, the rows split over the pool as the double path splits
 /// them. For --image-tokens, next to the run-time kernels reading the bf16 weights in place.
@@ -359,7 +343,7 @@ int run_image(cli::Args& args) {
         std::printf("%s\n", j.dump().c_str());
         return 0;
     }
-    std::printf("vision embedder, %s shapes (P %lld -> E %lld -> H %lld), %zu threads, %s; best of %d\n", config_name.c_str(),
+    std::printf("vision embedder, %s shapes (P %lld -> E %lld -> H %lld), %u threads, %s; best of %d\n", config_name.c_str(),
                 static_cast<long long>(P), static_cast<long long>(E), static_cast<long long>(H), pool.size(), std::string(isa_name(active_isa())).c_str(), repeats);
     std::printf("  soft tokens  embedder s  dense: kernels s  Eigen f32 s  (GFLOP/s kernels / Eigen)\n");
     for (const auto& r : runs)
@@ -390,7 +374,6 @@ int run(cli::Args& args) {
     const auto gguf_dir = args.get("gguf-dir");
     const bool keep_gguf = args.flag("keep-gguf");
     const auto layers_opt = args.get("layers");
-    const bool fixed_config = args.flag("fixed-config");
     args.finish();
     std::vector<double> accepts;
     std::vector<std::int64_t> draft_lengths;
@@ -408,8 +391,8 @@ int run(cli::Args& args) {
     }
     if (random == model_path.has_value())
         throw InvalidArgument("bench: give either --random-weights (the config's shapes) or --model PATH (a checkpoint directory or GGUF file)");
-    if (model_path && (config_opt || layers_opt || fixed_config || draft == "assistant"))
-        throw InvalidArgument("bench: --model PATH measures that checkpoint as it is: no --config, --layers, --fixed-config or --draft assistant");
+    if (model_path && (config_opt || layers_opt || draft == "assistant"))
+        throw InvalidArgument("bench: --model PATH measures that checkpoint as it is: no --config, --layers or --draft assistant");
     if (config_name != "gemma-4-12b" && config_name != "tiny")
         throw InvalidArgument("bench: --config must be gemma-4-12b or tiny, got '" + config_name + "'");
     Gemma4Config c = config_name == "tiny" ? tiny_config() : kGemma4_12B;
@@ -432,8 +415,6 @@ int run(cli::Args& args) {
         throw InvalidArgument("bench: --context plus --gen-tokens must be within max_position_embeddings (" +
                               std::to_string(c.max_position_embeddings) + ")");
     if (P > c.max_position_embeddings) throw InvalidArgument("bench: --prompt-tokens beyond max_position_embeddings");
-    if (fixed_config && ((config_name == "gemma-4-12b" ? layers != 6 && layers != 48 : layers != 6) || draft || gguf_type.size()))
-        throw InvalidArgument("bench: --fixed-config is compiled for the 12B's shapes at --layers 6 or 48 (tiny: 6), without --draft or a GGUF");
     auto say = [&](const std::string& s) {
         if (!json) std::fprintf(stderr, "%s\n", s.c_str());
     };
@@ -466,15 +447,7 @@ int run(cli::Args& args) {
     ScratchFile scratch;
     scratch.keep = keep_gguf;
     const auto load_t0 = Clock::now();
-    // The runtime-configured model, or with --fixed-config the type compiled for these shapes.
-    std::optional<Model<float>> runtime_model;
-    std::optional<Model<float, k12B_6>> fixed_6;
-    std::optional<Model<float, k12B_48>> fixed_48;
-    std::optional<Model<float, kTinyText>> fixed_tiny;
-    if (fixed_config && config_name == "tiny") fixed_tiny.emplace(std::move(ck), ModelOptions{threads});
-    else if (fixed_config && layers == 6) fixed_6.emplace(std::move(ck), ModelOptions{threads});
-    else if (fixed_config) fixed_48.emplace(std::move(ck), ModelOptions{threads});
-    else runtime_model.emplace([&] {
+    const Model<float> measured = [&] {
         if (model_path) return Model<float>::load(*model_path, ModelOptions{threads}, LoadOptions{.format = *format});
         if (gguf_type.empty()) return Model<float>(std::move(ck), ModelOptions{threads});
         gguf.type = gguf_type;
@@ -498,16 +471,16 @@ int run(cli::Args& args) {
         gguf.matches = greedy_run(loaded, check_prompt, 4).ids == gguf.ids;
         if (!gguf.matches) throw Error("bench: " + gguf.path.string() + " gives other greedy ids than the same weights in memory");
         return loaded;
-    }());
+    }();
     const double model_load_s = seconds_since(load_t0);
     if (model_path) {  // the checkpoint's own shapes and weights
-        c = runtime_model->config();
-        ModelWeights views = runtime_model->weights();  // views: a cheap copy
+        c = measured.config();
+        ModelWeights views = measured.weights();  // views: a cheap copy
         weight_bytes = static_cast<double>(matrix_bytes(views));
     }
 
     KVCache<float> cache = [&] {
-        const Gemma4Config& mc = runtime_model ? runtime_model->config() : c;
+        const Gemma4Config& mc = measured.config();
         return KVCache<float>(mc, KVCacheOptions{.kv_dtype = kv == "int8" ? KVDtype::Int8 : KVDtype::Float});
     }();
     std::vector<SeqId> seqs;
@@ -568,11 +541,7 @@ int run(cli::Args& args) {
             }
         }
     };
-    if (fixed_tiny) time_steps(*fixed_tiny);
-    else if (fixed_6) time_steps(*fixed_6);
-    else if (fixed_48) time_steps(*fixed_48);
-    else time_steps(*runtime_model);
-    const Model<float>* runtime = runtime_model ? &*runtime_model : nullptr;
+    time_steps(measured);
 
     // The assistant drafts from the first sequence's state after its prompt (before decoding).
     double assistant_s = 0;
@@ -582,15 +551,15 @@ int run(cli::Args& args) {
         const auto scratch = std::filesystem::temp_directory_path() / ("gemma4-bench-assistant-" + std::to_string(::getpid()));
         say("writing a random 12B assistant to " + scratch.string() + " and loading it as " + weights + " ...");
         write_random_assistant_checkpoint(scratch, gemma4_12b_assistant_config(), {.seed = 3});
-        const Assistant<float> assistant = Assistant<float>::load(scratch, *runtime, ModelOptions{threads}, LoadOptions{.format = *format});
+        const Assistant<float> assistant = Assistant<float>::load(scratch, measured, ModelOptions{threads}, LoadOptions{.format = *format});
         std::filesystem::remove_all(scratch);
         AssistantWeights views = assistant.weights();  // views: a cheap copy
         for (const WeightView* w : assistant_matrices(views)) assistant_bytes += w->size_bytes + w->scale_bytes();
         const AssistantSeed<float> seed{seqs[0], 5, last_hidden};
-        assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), *runtime, cache, 1, 0.0);  // warm-up
+        assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), measured, cache, 1, 0.0);  // warm-up
         for (const std::int64_t k : draft_lengths) {
             t0 = Clock::now();
-            assistant_ids += static_cast<std::int64_t>(assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), *runtime, cache, k, 0.0)[0].size());
+            assistant_ids += static_cast<std::int64_t>(assistant.draft(std::span<const AssistantSeed<float>>(&seed, 1), measured, cache, k, 0.0)[0].size());
             assistant_s += seconds_since(t0);
         }
     }
@@ -599,7 +568,7 @@ int run(cli::Args& args) {
     if (draft == "oracle") {
         say("speculative decoding: " + std::to_string(accepts.size() * draft_lengths.size()) + " runs of " + std::to_string(G) +
             " ids, each next to a plain run ...");
-        speculative = speculative_bench(*runtime, prompts[0], G, accepts, draft_lengths);
+        speculative = speculative_bench(measured, prompts[0], G, accepts, draft_lengths);
     }
 
     const double prefill_tps = prefill_s > 0 ? static_cast<double>(B * P) / prefill_s : 0.0;
@@ -617,7 +586,6 @@ int run(cli::Args& args) {
     nlohmann::json j{{"config", model_path ? *model_path : config_name},
                      {"weights", weights},
                      {"layers", c.num_hidden_layers},
-                     {"fixed_config", fixed_config},
                      {"threads", pool_size},
                      {"prompt_tokens", P},
                      {"gen_tokens", G},
@@ -736,7 +704,6 @@ const cli::Command reg{"bench", "prefill/decode speed with random weights at the
                            {"model", "PATH", "measure this checkpoint directory or GGUF file instead of random weights"},
                            {"config", "NAME", "model shapes: gemma-4-12b (the default) or tiny (6 layers, for tests)"},
                            {"layers", "N", "decoder layers, 1 to the config's (default: all, 48 for the 12B)"},
-                           {"fixed-config", "", "run Model<float, C>, compiled for the 12B's shapes (--layers 6 or 48): head dims, groups and window as constants"},
                            {"prompt-tokens", "N", "prompt length of each sequence (default: 128)"},
                            {"gen-tokens", "N", "decode steps timed (default: 16)"},
                            {"batch", "B", "sequences decoding together (default: 1)"},

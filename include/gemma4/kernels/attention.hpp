@@ -75,10 +75,8 @@ inline B row_batch(Int8HeadRow r, std::int64_t i0) {
 /// Missing keys or heads of a partial block repeat the first one; their products are dropped.
 /// H heads per block: 4, or 2 for groups of 2 (the sliding layers). Needs d to be a multiple of
 /// the batch size.
-template <std::int64_t H, std::int64_t D = 0, std::int64_t G = 0, class T, class KeyAt>
+template <std::int64_t H, class T, class KeyAt>
 void score_pass_blocked(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, KeyAt key, T* scores) {
-    if constexpr (D > 0) d = D;
-    if constexpr (G > 0) group = G;
     using B = xsimd::batch<T>;
     constexpr auto S = static_cast<std::int64_t>(B::size);
     constexpr std::int64_t K = 4;  // keys per block
@@ -115,11 +113,9 @@ void score_pass_blocked(const T* q, std::int64_t group, std::int64_t d, std::int
 /// over one slice of every key of a span evicted the rows before the next slice came: 2× slower
 /// at the full layers' d = 512), and the accumulators go back to `part` between blocks, exactly
 /// (a float stored and loaded again is unchanged). Needs d to be a multiple of 4·S.
-template <std::int64_t D = 0, std::int64_t G = 0, class T, class ValueAt>
+template <class T, class ValueAt>
 void value_pass_blocked(std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, ValueAt value, const T* scores,
                         T* part) {
-    if constexpr (D > 0) d = D;
-    if constexpr (G > 0) group = G;
     using B = xsimd::batch<T>;
     constexpr auto S = static_cast<std::int64_t>(B::size);
     constexpr std::int64_t kKeys = 64;
@@ -156,13 +152,10 @@ void value_pass_blocked(std::int64_t group, std::int64_t d, std::int64_t j0, std
 /// Partial attention of `group` query heads (q + h · d, h < group) over keys [j0, j1] of one kv
 /// head: key(j) / value(j) give that head's row (const T* or Int8HeadRow). Writes, per head h at
 /// part + h · (d + 2): m, l, acc[d]. `scores` is scratch of group · (j1 − j0 + 1). In float at
-/// the avx2 and avx512 levels, the score and value passes are those of kernels/isa/. D, G > 0:
-/// d and group are these compile-time constants (they must equal the arguments).
-template <std::int64_t D = 0, std::int64_t G = 0, class T, class KeyAt, class ValueAt>
+/// the avx2 and avx512 levels, the score and value passes are those of kernels/isa/.
+template <class T, class KeyAt, class ValueAt>
 void attend_span(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, KeyAt key, ValueAt value,
                  T* scores, T* part, Isa isa = Isa::Baseline) {
-    if constexpr (D > 0) d = D;
-    if constexpr (G > 0) group = G;
     using B = xsimd::batch<T>;
     constexpr auto S = static_cast<std::int64_t>(B::size);
     const std::int64_t len = j1 - j0 + 1;
@@ -173,17 +166,17 @@ void attend_span(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0
     if (isa == Isa::Avx2 && d % detail::avx2::kLanes != 0) isa = Isa::Baseline;
     if constexpr (std::is_same_v<T, float>) {
         if (isa >= Isa::Avx512) {
-            if (group == 2) detail::avx512::score_pass<2, D, G>(q, group, d, j0, j1, key, scores);
-            else detail::avx512::score_pass<4, D, G>(q, group, d, j0, j1, key, scores);
+            if (group == 2) detail::avx512::score_pass<2>(q, group, d, j0, j1, key, scores);
+            else detail::avx512::score_pass<4>(q, group, d, j0, j1, key, scores);
         } else if (isa == Isa::Avx2) {
-            if (group == 2) detail::avx2::score_pass<2, D, G>(q, group, d, j0, j1, key, scores);
-            else detail::avx2::score_pass<4, D, G>(q, group, d, j0, j1, key, scores);
+            if (group == 2) detail::avx2::score_pass<2>(q, group, d, j0, j1, key, scores);
+            else detail::avx2::score_pass<4>(q, group, d, j0, j1, key, scores);
         }
     }
     if (isa == Isa::Baseline) {
         if (d % S == 0) {
-            if (group == 2) detail_attn::score_pass_blocked<2, D, G>(q, group, d, j0, j1, key, scores);
-            else detail_attn::score_pass_blocked<4, D, G>(q, group, d, j0, j1, key, scores);
+            if (group == 2) detail_attn::score_pass_blocked<2>(q, group, d, j0, j1, key, scores);
+            else detail_attn::score_pass_blocked<4>(q, group, d, j0, j1, key, scores);
         } else {
             for (std::int64_t j = j0; j <= j1; ++j) {  // each key row once for all heads of the group
                 if (j + ahead <= j1) detail_attn::row_prefetch(key(j + ahead), d);
@@ -222,17 +215,17 @@ void attend_span(const T* q, std::int64_t group, std::int64_t d, std::int64_t j0
     if constexpr (std::is_same_v<T, float>) {
         if (isa >= Isa::Avx512) {
             if (group >= 4 && d % (4 * detail::avx512::kLanes) == 0)
-                return detail::avx512::value_pass_blocked<D, G>(group, d, j0, j1, value, scores, part);
-            return detail::avx512::value_pass_rows<D, G>(group, d, j0, j1, value, scores, part);
+                return detail::avx512::value_pass_blocked(group, d, j0, j1, value, scores, part);
+            return detail::avx512::value_pass_rows(group, d, j0, j1, value, scores, part);
         }
         if (isa == Isa::Avx2) {
             if (group >= 4 && d % (4 * detail::avx2::kLanes) == 0)
-                return detail::avx2::value_pass_blocked<D, G>(group, d, j0, j1, value, scores, part);
-            return detail::avx2::value_pass_rows<D, G>(group, d, j0, j1, value, scores, part);
+                return detail::avx2::value_pass_blocked(group, d, j0, j1, value, scores, part);
+            return detail::avx2::value_pass_rows(group, d, j0, j1, value, scores, part);
         }
     }
     if (group >= 4 && d % (4 * S) == 0)
-        return detail_attn::value_pass_blocked<D, G>(group, d, j0, j1, value, scores, part);
+        return detail_attn::value_pass_blocked(group, d, j0, j1, value, scores, part);
     for (std::int64_t j = j0; j <= j1; ++j) {
         if (j + ahead <= j1) detail_attn::row_prefetch(value(j + ahead), d);
         const auto vr = value(j);
@@ -273,14 +266,11 @@ struct CachedQuery {
 /// and the spans of a row are merged in position order, so the result does not depend on the
 /// thread count or on the other rows. `cache` provides int8(), key/value(layer, seq, pos) → T*
 /// and key_int8/value_int8(layer, seq, pos) → {codes, scales}. Every row must see a key.
-/// D, G > 0: the head dimension and the query heads per kv head as compile-time constants (a
-/// model type of a fixed config; they must equal d and heads / kv_heads).
-template <class T, std::int64_t D = 0, std::int64_t G = 0, class Cache>
+template <class T, class Cache>
 void attend_cache(const Cache& cache, std::int64_t layer, std::span<const CachedQuery> rows, const T* q, std::int64_t q_stride,
                   std::int64_t heads, std::int64_t kv_heads, std::int64_t d, T* out, std::int64_t out_stride, ThreadPool& pool) {
-    if constexpr (D > 0) d = D;
     const auto n = static_cast<std::int64_t>(rows.size());
-    const std::int64_t hkv = kv_heads, group = G > 0 ? G : heads / hkv, part_size = group * (d + 2);
+    const std::int64_t hkv = kv_heads, group = heads / hkv, part_size = group * (d + 2);
     struct Span {
         std::int64_t t, g, j0, j1;
     };
@@ -313,11 +303,11 @@ void attend_cache(const Cache& cache, std::int64_t layer, std::span<const Cached
             T* part = partial.data() + i * part_size;
             if (int8) {
                 auto row = [&, g](auto r) { return Int8HeadRow{r.codes + g * d, r.scales[g]}; };
-                attend_span<D, G>(
+                attend_span(
                     qg, group, d, sp.j0, sp.j1, [&](std::int64_t j) { return row(cache.key_int8(layer, s, j)); },
                     [&](std::int64_t j) { return row(cache.value_int8(layer, s, j)); }, scores.data(), part, isa);
             } else {
-                attend_span<D, G>(
+                attend_span(
                     qg, group, d, sp.j0, sp.j1, [&](std::int64_t j) { return cache.key(layer, s, j) + g * d; },
                     [&](std::int64_t j) { return cache.value(layer, s, j) + g * d; }, scores.data(), part, isa);
             }

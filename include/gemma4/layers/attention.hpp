@@ -1,8 +1,7 @@
 // Attention<Sliding> and Attention<Full>: Gemma 4's two attention blocks (spec nodes attn.*).
 // The kind decides the window. The geometry (heads, head_dim, whether V has its own projection,
-// RoPE) is data read from the config, unless the type is given a constexpr configuration
-// (Attention<Sliding, float, kGemma4_12B>): then head_dim, the head group and the window are
-// compile-time constants of its attention kernel, and a layer of another geometry is refused.
+// RoPE) is data read from the config; a type given a constexpr configuration
+// (Attention<Sliding, float, kGemma4_12B>) refuses a layer of another geometry.
 #pragma once
 
 #include <gemma4/abi.hpp>
@@ -126,14 +125,13 @@ public:
             rows[static_cast<std::size_t>(t)] = {ctx.tokens.seq[static_cast<std::size_t>(t)],
                                                  first_visible(ctx.tokens.pos[static_cast<std::size_t>(t)]), last_visible(ctx.tokens, t)};
         const KVCache<T>& cache = ctx.cache;
-        constexpr std::int64_t D = is_fixed ? kFixed.head_dim : 0, G = is_fixed ? kFixed.group() : 0;
-        kernels::attend_cache<T, D, G>(cache, ctx.layer, rows, qkv, qkv_width(), geom_.num_heads, geom_.num_kv_heads, geom_.head_dim, o,
-                                       geom_.q_dim(), ctx.pool);
+        kernels::attend_cache<T>(cache, ctx.layer, rows, qkv, qkv_width(), geom_.num_heads, geom_.num_kv_heads, geom_.head_dim, o,
+                                 geom_.q_dim(), ctx.pool);
     }
 
     /// The first key position a query at position p sees: q − W < k ≤ q (decision 3).
     std::int64_t first_visible(std::int64_t p) const {
-        if constexpr (Kind == AttentionKind::Sliding) return std::max<std::int64_t>(0, p - (is_fixed ? kFixed.window : geom_.window) + 1);
+        if constexpr (Kind == AttentionKind::Sliding) return std::max<std::int64_t>(0, p - geom_.window + 1);
         else return 0;
     }
 

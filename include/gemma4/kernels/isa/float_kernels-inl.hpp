@@ -84,11 +84,8 @@ inline V row_vec(kernels::Int8HeadRow r, std::int64_t i0) { return vmul(vload_i8
 /// so each loaded vector of K (int8 rows: converted and scaled once) or q serves several
 /// products. Missing keys or heads of a partial block repeat the first one; their products are
 /// dropped. H: 4, or 2 for groups of 2 (the sliding layers). d is a multiple of kLanes.
-/// D, G > 0: d and group are these compile-time constants (a model type of a fixed config).
-template <std::int64_t H, std::int64_t D = 0, std::int64_t G = 0, class KeyAt>
+template <std::int64_t H, class KeyAt>
 void score_pass(const float* q, std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, KeyAt key, float* scores) {
-    if constexpr (D > 0) d = D;
-    if constexpr (G > 0) group = G;
     constexpr std::int64_t K = 4;  // keys per block
     const std::int64_t len = j1 - j0 + 1;
     for (std::int64_t j = j0; j <= j1; j += K) {
@@ -120,11 +117,9 @@ void score_pass(const float* q, std::int64_t group, std::int64_t d, std::int64_t
 /// d stay in registers across a block of keys (one pass per 4·kLanes-wide slice of d and per 4
 /// heads). The keys go in blocks of kKeys rows that stay in L1/L2 through all the slices, and the
 /// accumulators go back to `part` between blocks, exactly. d is a multiple of 4·kLanes.
-template <std::int64_t D = 0, std::int64_t G = 0, class ValueAt>
+template <class ValueAt>
 void value_pass_blocked(std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, ValueAt value, const float* scores,
                         float* part) {
-    if constexpr (D > 0) d = D;
-    if constexpr (G > 0) group = G;
     constexpr std::int64_t kKeys = 64;
     const std::int64_t len = j1 - j0 + 1;
     for (std::int64_t b0 = j0; b0 <= j1; b0 += kKeys) {
@@ -157,11 +152,9 @@ void value_pass_blocked(std::int64_t group, std::int64_t d, std::int64_t j0, std
 /// The value pass for small groups: each key's row once, added to every head's accumulator in
 /// memory (with 2 heads per kv head this streams V better than passes over slices of it).
 /// d is a multiple of kLanes.
-template <std::int64_t D = 0, std::int64_t G = 0, class ValueAt>
+template <class ValueAt>
 void value_pass_rows(std::int64_t group, std::int64_t d, std::int64_t j0, std::int64_t j1, ValueAt value, const float* scores,
                      float* part) {
-    if constexpr (D > 0) d = D;
-    if constexpr (G > 0) group = G;
     constexpr std::int64_t ahead = 4;  // rows prefetched ahead
     const std::int64_t len = j1 - j0 + 1;
     for (std::int64_t j = j0; j <= j1; ++j) {
