@@ -36,7 +36,10 @@ struct Avx512 {
             s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(p + (i + 3) * 8));
         }
         for (; i < b; ++i) s0 = _mm512_add_epi64(s0, _mm512_loadu_si512(p + i * 8));
-        return static_cast<std::uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3))));
+        // Summed as unsigned words (_mm512_reduce_add_epi64 would add them as signed C integers).
+        alignas(64) std::uint64_t t[8];
+        _mm512_store_si512(t, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+        return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
     }
     static constexpr int kWords = 8;
     static float fma_chains(std::int64_t iters) {  // 12 chains × 16 lanes per iteration
@@ -58,7 +61,9 @@ struct Avx512 {
             for (auto& a : acc) a = _mm512_dpbusd_epi32(a, u, s);
         __m512i t = acc[0];
         for (int c = 1; c < 12; ++c) t = _mm512_add_epi32(t, acc[c]);
-        return _mm512_reduce_add_epi32(t);
+        // One lane keeps the work alive. (_mm512_reduce_add_epi32 sums the lanes as C ints, which
+        // overflow after enough iterations: undefined behaviour that UBSan reports.)
+        return _mm_cvtsi128_si32(_mm512_castsi512_si128(t));
     }
     static constexpr int kProducts = 64;
 };

@@ -41,7 +41,7 @@ std::vector<std::vector<T>> rule_blocks(std::int64_t n) {
     one[static_cast<std::size_t>(n / 2)] = T(-2.5);
     blocks.push_back(one);
     std::vector<T> tiny(static_cast<std::size_t>(n), std::numeric_limits<T>::denorm_min());
-    tiny[1] = -3 * std::numeric_limits<T>::denorm_min();
+    tiny[static_cast<std::size_t>(n - 1)] = -3 * std::numeric_limits<T>::denorm_min();  // n may be 1
     blocks.push_back(tiny);
     return blocks;
 }
