@@ -1,5 +1,6 @@
-// Random weights of a text decoder generated directly in a weight format, without a checkpoint
-// file: the 12B's shapes in memory for benchmarks (gemma4 bench --random-weights).
+// Random weights generated directly in memory, without a checkpoint file: the text decoder in a
+// weight format, the embedders in bf16, at the 12B's shapes for benchmarks (gemma4 bench
+// --random-weights, --image-tokens).
 #pragma once
 
 #include <gemma4/abi.hpp>
