@@ -154,6 +154,9 @@ TEST_CASE("loadgen against serve: every request completes, and each level report
         CHECK(l["requests_per_s"].get<double>() > 0);
         CHECK(l["tokens_per_s"].get<double>() > 0);
         CHECK(l["decode_tokens_per_s"].get<double>() > 0);
+        CHECK(l["saturated_decode_tokens_per_s"].get<double>() >= 0);  // 0 if three 6-token replies never overlap
+        if (i == 0) CHECK(l["saturated_decode_tokens_per_s"].get<double>() > 0);  // one client: its own decode rate
+        CHECK(l["errors"] == json::object());
         // --ignore-eos: every reply is 6 tokens long, so tokens/s is 6 × requests/s.
         CHECK(l["tokens_per_s"].get<double>() == Approx(6 * l["requests_per_s"].get<double>()).epsilon(1e-9));
         CHECK(l["ttft_p50_s"].get<double>() > 0);
@@ -164,6 +167,8 @@ TEST_CASE("loadgen against serve: every request completes, and each level report
     REQUIRE(bad.status == 0);
     const json failed = json::parse(bad.out);
     CHECK(failed[0]["failed"] == 2);
+    CHECK(failed[0]["errors"] == json{{"HTTP 401", 2}});
+    CHECK(bad.err.find("2 request(s) failed: HTTP 401") != std::string::npos);
     CHECK(failed[0]["tokens_per_s"] == 0.0);
 }
 

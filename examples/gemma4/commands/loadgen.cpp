@@ -1,10 +1,11 @@
 // gemma4 loadgen: load on a running `gemma4 serve` (or any OpenAI-compatible server) at several
 // concurrency levels: requests/s, generated tokens/s, decode tokens/s and time to first token
-// (p50, p99), each request a streamed chat completion. Decode tokens/s counts the tokens after
-// each request's first over the time during which at least one request was past its first token
-// (the union of the [first token, end] intervals), so prompt processing and queueing are left
-// out: with one client it is the per-stream decode speed, with many the aggregate.
+// (p50, p99), each request a streamed chat completion. Two decode rates (server/load_stats.hpp):
+// over the time at least one reply was past its first token (with one client the per-stream
+// speed), and over the time every client's reply was (the rate at full occupancy, without the
+// stretches in which the server also reads new prompts). Failed requests are counted by reason.
 #include "../cli.hpp"
+#include "../server/load_stats.hpp"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -22,55 +23,11 @@ using namespace gemma4;
 using nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 
-struct Sample {
-    double ttft = -1;  ///< seconds to the first content (or reasoning) delta
-    std::int64_t tokens = 0;
-    bool ok = false;
-    clock_type::time_point first_at{}, end_at{};  ///< first content delta, end of the stream
-};
-
-struct Level {
-    int concurrency = 0;
-    double seconds = 0;
-    std::vector<Sample> samples;
-
-    double percentile(double p) const {
-        std::vector<double> t;
-        for (const auto& s : samples)
-            if (s.ok && s.ttft >= 0) t.push_back(s.ttft);
-        if (t.empty()) return 0;
-        std::sort(t.begin(), t.end());
-        const auto i = static_cast<std::size_t>(std::min<double>(static_cast<double>(t.size() - 1), p * static_cast<double>(t.size() - 1) + 0.5));
-        return t[i];
-    }
-    std::int64_t ok() const { return std::count_if(samples.begin(), samples.end(), [](const Sample& s) { return s.ok; }); }
-    std::int64_t tokens() const {
-        std::int64_t n = 0;
-        for (const auto& s : samples) n += s.tokens;
-        return n;
-    }
-    /// Tokens after each request's first, per second of the union of the decode intervals.
-    double decode_tokens_per_s() const {
-        std::vector<std::pair<clock_type::time_point, clock_type::time_point>> spans;
-        std::int64_t n = 0;
-        for (const auto& s : samples)
-            if (s.ok && s.ttft >= 0 && s.tokens > 1) {
-                spans.emplace_back(s.first_at, s.end_at);
-                n += s.tokens - 1;
-            }
-        std::sort(spans.begin(), spans.end());
-        double busy = 0;
-        for (std::size_t i = 0; i < spans.size();) {
-            auto [lo, hi] = spans[i];
-            for (++i; i < spans.size() && spans[i].first <= hi; ++i) hi = std::max(hi, spans[i].second);
-            busy += std::chrono::duration<double>(hi - lo).count();
-        }
-        return busy > 0 ? static_cast<double>(n) / busy : 0;
-    }
-};
+using server::LoadLevel;
+using server::LoadSample;
 
 /// One streamed request; reads the SSE events as they arrive.
-Sample one_request(const std::string& url, const std::string& key, const std::string& body) {
+LoadSample one_request(const std::string& url, const std::string& key, const std::string& body) {
     httplib::Client client(url);
     client.set_read_timeout(600);
     httplib::Request req;
@@ -79,7 +36,7 @@ Sample one_request(const std::string& url, const std::string& key, const std::st
     req.body = body;
     req.headers = {{"Content-Type", "application/json"}};
     if (!key.empty()) req.headers.emplace("Authorization", "Bearer " + key);
-    Sample sample;
+    LoadSample sample;
     std::string pending;
     const auto start = clock_type::now();
     req.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
@@ -91,13 +48,17 @@ Sample one_request(const std::string& url, const std::string& key, const std::st
             const json chunk = json::parse(event.substr(6), nullptr, false);
             if (chunk.is_discarded()) continue;
             if (chunk.contains("usage") && chunk["usage"].is_object()) sample.tokens = chunk["usage"].value("completion_tokens", 0);
-            if (sample.ttft < 0 && chunk.contains("choices") && !chunk["choices"].empty()) {
+            if (chunk.contains("choices") && chunk["choices"].is_array() && !chunk["choices"].empty()) {
                 const json& delta = chunk["choices"][0]["delta"];
+                bool text = false;
                 for (const char* f : {"content", "reasoning_content"})
-                    if (delta.contains(f) && delta[f].is_string() && !delta[f].get<std::string>().empty()) {
-                        sample.first_at = clock_type::now();
-                        sample.ttft = std::chrono::duration<double>(sample.first_at - start).count();
-                    }
+                    text = text || (delta.contains(f) && delta[f].is_string() && !delta[f].get<std::string>().empty());
+                if (!text) continue;
+                sample.deltas.push_back(clock_type::now());
+                if (sample.ttft < 0) {
+                    sample.first_at = sample.deltas.back();
+                    sample.ttft = std::chrono::duration<double>(sample.first_at - start).count();
+                }
             }
         }
         return true;
@@ -105,6 +66,8 @@ Sample one_request(const std::string& url, const std::string& key, const std::st
     const auto result = client.send(req);
     sample.end_at = clock_type::now();
     sample.ok = result && result->status == 200;
+    if (!result) sample.error = "connection: " + httplib::to_string(result.error());
+    else if (result->status != 200) sample.error = "HTTP " + std::to_string(result->status);
     return sample;
 }
 
@@ -131,11 +94,11 @@ int run(cli::Args& args) {
 
     json report = json::array();
     if (!as_json)
-        std::printf("%11s %9s %10s %10s %10s %11s %11s %8s\n", "concurrency", "requests", "req/s", "tokens/s", "decode/s", "ttft p50 s", "ttft p99 s",
-                    "failed");
+        std::printf("%11s %9s %10s %10s %10s %11s %11s %11s %8s\n", "concurrency", "requests", "req/s", "tokens/s", "decode/s",
+                    "all busy/s", "ttft p50 s", "ttft p99 s", "failed");
     for (const std::int32_t c : levels) {
         if (c < 1) throw InvalidArgument("loadgen: --concurrency values must be at least 1");
-        Level level;
+        LoadLevel level;
         level.concurrency = c;
         std::atomic<int> next{0};
         std::mutex mutex;
@@ -144,7 +107,7 @@ int run(cli::Args& args) {
         for (int t = 0; t < c; ++t)
             threads.emplace_back([&] {
                 while (next.fetch_add(1) < requests) {
-                    Sample s = one_request(url, key, text);
+                    LoadSample s = one_request(url, key, text);
                     std::lock_guard lock(mutex);
                     level.samples.push_back(s);
                 }
@@ -153,13 +116,19 @@ int run(cli::Args& args) {
         level.seconds = std::chrono::duration<double>(clock_type::now() - start).count();
         const double rps = static_cast<double>(level.ok()) / level.seconds, tps = static_cast<double>(level.tokens()) / level.seconds;
         const auto failed = static_cast<std::int64_t>(level.samples.size()) - level.ok();
+        const json errors = level.errors();
+        for (const auto& [reason, count] : level.errors())
+            std::fprintf(stderr, "loadgen: concurrency %d: %lld request(s) failed: %s\n", c, static_cast<long long>(count), reason.c_str());
         if (as_json)
             report.push_back({{"concurrency", c}, {"requests", requests}, {"requests_per_s", rps}, {"tokens_per_s", tps},
-                              {"decode_tokens_per_s", level.decode_tokens_per_s()}, {"ttft_p50_s", level.percentile(0.5)},
-                              {"ttft_p99_s", level.percentile(0.99)}, {"failed", failed}});
+                              {"decode_tokens_per_s", level.decode_tokens_per_s()},
+                              {"saturated_decode_tokens_per_s", level.saturated_decode_tokens_per_s()},
+                              {"ttft_p50_s", level.ttft_percentile(0.5)}, {"ttft_p99_s", level.ttft_percentile(0.99)},
+                              {"failed", failed}, {"errors", errors}});
         else
-            std::printf("%11d %9d %10.2f %10.1f %10.1f %11.3f %11.3f %8lld\n", c, requests, rps, tps, level.decode_tokens_per_s(),
-                        level.percentile(0.5), level.percentile(0.99), static_cast<long long>(failed));
+            std::printf("%11d %9d %10.2f %10.1f %10.1f %11.1f %11.3f %11.3f %8lld\n", c, requests, rps, tps, level.decode_tokens_per_s(),
+                        level.saturated_decode_tokens_per_s(), level.ttft_percentile(0.5), level.ttft_percentile(0.99),
+                        static_cast<long long>(failed));
         std::fflush(stdout);
     }
     if (as_json) std::printf("%s\n", report.dump().c_str());
