@@ -238,23 +238,6 @@ std::vector<V> parse_list(cli::Args& args, const std::string& name, const std::s
     return out;
 }
 
-/// The embedders' two dense products, the way the library does not run them: Eigen (dense.hpp)
-/// over f32 copies of the bf16 weights, the rows split over the pool as the double path splits
-/// them. For --image-tokens, next to the run-time kernels reading the bf16 weights in place.
-void eigen_linear(const std::vector<float>& w, std::int64_t N, std::int64_t K, const float* x, float* y, std::int64_t tokens,
-                  ThreadPool& pool) {
-    constexpr std::int64_t kBlock = 64;
-    pool.parallel_for(
-        N,
-        [&](std::int64_t n0, std::int64_t n1) {
-            for (std::int64_t nb = n0; nb < n1; nb += kBlock) {
-                const std::int64_t nr = std::min(kBlock, n1 - nb);
-                detail::dense_product(w.data() + nb * K, K, nr, K, Rows<const float>{x, K}, Rows<float>{y + nb, N}, tokens);
-            }
-        },
-        16);
-}
-
 /// --image-tokens N[,N...]: an image of N soft tokens through the vision embedder at the
 /// config's shapes (random bf16 weights), and its two dense products (patch_dense P → E,
 /// embedding_projection E → H) timed both ways: the run-time level's bf16 kernel, and Eigen
@@ -284,7 +267,13 @@ int run_image(cli::Args& args) {
     const ModelWeights w = random_weights(c, WeightFormat::BF16, 1, threads);
     const VisionEmbedder<float> embed(c, w.vision);
     const std::int64_t P = c.vision.patch_values(), E = c.vision_embed_dim(), H = c.hidden_size, table = c.vision.mm_posemb_size;
-    const std::vector<float> dense_f32 = w.vision.patch_dense_weight.to_vector<float>(), projection_f32 = w.vision.embedding_projection.to_vector<float>();
+    // The Eigen side multiplies f32 copies of the weights (Eigen has no bf16 product).
+    const std::vector<float> dense_values = w.vision.patch_dense_weight.to_vector<float>(),
+                             projection_values = w.vision.embedding_projection.to_vector<float>();
+    const auto f32_view = [](const std::vector<float>& v, std::int64_t rows, std::int64_t cols) {
+        return WeightView{"f32 copy", DType::F32, {rows, cols}, reinterpret_cast<const std::byte*>(v.data()), v.size() * sizeof(float)};
+    };
+    const WeightView dense_f32 = f32_view(dense_values, E, P), projection_f32 = f32_view(projection_values, H, E);
 
     nlohmann::json runs = nlohmann::json::array();
     for (const std::int64_t n : counts) {
@@ -307,8 +296,8 @@ int run_image(cli::Args& args) {
             linear<float>(w.vision.embedding_projection, {h.data(), E}, {out_kernel.data(), H}, n, pool);
             kernel_s = std::min(kernel_s, seconds_since(t0));
             t0 = Clock::now();
-            eigen_linear(dense_f32, E, P, patches.data(), h_eigen.data(), n, pool);
-            eigen_linear(projection_f32, H, E, h_eigen.data(), out_eigen.data(), n, pool);
+            detail::linear_eigen<float>(dense_f32, {patches.data(), P}, {h_eigen.data(), E}, n, pool);
+            detail::linear_eigen<float>(projection_f32, {h_eigen.data(), E}, {out_eigen.data(), H}, n, pool);
             eigen_s = std::min(eigen_s, seconds_since(t0));
         }
         double max_diff = 0, max_abs = 0;

@@ -75,6 +75,33 @@ inline bool stored_as(const WeightView& w) {
     return (std::is_same_v<T, float> && w.dtype == DType::F32) || (std::is_same_v<T, double> && w.dtype == DType::F64);
 }
 
+/// y = x · wᵀ by Eigen (kernels/dense.hpp), the row blocks split over the pool: the double
+/// path's product, and the bench's Eigen side. Weights stored as T are used in place, in blocks of
+/// 64 rows; others are converted, a block at a time, in blocks small enough to stay in L2.
+template <class T>
+void linear_eigen(const WeightView& w, Rows<const T> x, Rows<T> y, std::int64_t tokens, ThreadPool& pool) {
+    const std::int64_t N = w.rows(), K = w.cols();
+    const std::int64_t block = stored_as<T>(w) ? 64 : std::max<std::int64_t>(8, std::min<std::int64_t>(64, (256 * 1024) / (K * sizeof(T) + 1)));
+    pool.parallel_for(
+        N,
+        [&](std::int64_t n0, std::int64_t n1) {
+            thread_local std::vector<T> rows;
+            for (std::int64_t nb = n0; nb < n1; nb += block) {
+                const std::int64_t nr = std::min(block, n1 - nb);
+                const T* wb;
+                if (stored_as<T>(w)) {
+                    wb = reinterpret_cast<const T*>(w.data) + nb * K;
+                } else {
+                    if (static_cast<std::int64_t>(rows.size()) < nr * K) rows.resize(static_cast<std::size_t>(nr * K));
+                    for (std::int64_t r = 0; r < nr; ++r) load_row(w, nb + r, rows.data() + r * K);
+                    wb = rows.data();
+                }
+                dense_product(wb, K, nr, K, x, Rows<T>{y.data + nb, y.stride}, tokens);
+            }
+        },
+        16);
+}
+
 }  // namespace detail
 
 /// y[t, 0:N) = x[t, 0:K) · wᵀ for t < tokens. N = w.rows(), K = w.cols().
@@ -110,26 +137,7 @@ void linear(const WeightView& w, Rows<const T> x, Rows<T> y, std::int64_t tokens
             },
             16);
     } else {
-        // Rows converted per product: enough for Eigen's blocking, few enough to stay in L2.
-        const std::int64_t block = std::max<std::int64_t>(8, std::min<std::int64_t>(64, (256 * 1024) / (K * sizeof(T) + 1)));
-        pool.parallel_for(
-            N,
-            [&](std::int64_t n0, std::int64_t n1) {
-                thread_local std::vector<T> rows;
-                for (std::int64_t nb = n0; nb < n1; nb += block) {
-                    const std::int64_t nr = std::min(block, n1 - nb);
-                    const T* wb;
-                    if (detail::stored_as<T>(w)) {
-                        wb = reinterpret_cast<const T*>(w.data) + nb * K;
-                    } else {
-                        if (static_cast<std::int64_t>(rows.size()) < nr * K) rows.resize(static_cast<std::size_t>(nr * K));
-                        for (std::int64_t r = 0; r < nr; ++r) detail::load_row(w, nb + r, rows.data() + r * K);
-                        wb = rows.data();
-                    }
-                    detail::dense_product(wb, K, nr, K, x, Rows<T>{y.data + nb, y.stride}, tokens);
-                }
-            },
-            16);
+        detail::linear_eigen(w, x, y, tokens, pool);
     }
 }
 
