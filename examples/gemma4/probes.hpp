@@ -25,6 +25,11 @@ namespace level {
 // One probe body per level. V: a vector register type; load/add/reduce or fma/splat on it.
 
 GEMMA4_TARGET_AVX512_BEGIN
+// GCC 12 reports the reduce intrinsics' own `_mm512_undefined_*` operands (PR 105593), as in
+// kernels/isa/avx512.hpp.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 struct Avx512 {
     static std::uint64_t sum(const std::uint64_t* p, std::int64_t a, std::int64_t b) {  // b − a vectors of 8
         __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
@@ -67,6 +72,7 @@ struct Avx512 {
     }
     static constexpr int kProducts = 64;
 };
+#pragma GCC diagnostic pop
 GEMMA4_TARGET_END
 
 GEMMA4_TARGET_AVX2_BEGIN

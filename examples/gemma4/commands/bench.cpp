@@ -149,7 +149,10 @@ struct SpeculativeRun {
 /// Greedy generation of `n` ids after `prompt` (end ids off), with or without a drafter.
 GenerationResult greedy_run(const Model<float>& model, std::span<const std::int32_t> prompt, std::int64_t n, SpeculativeOptions spec = {}) {
     Session<float> session(model);
-    GenerateOptions o{.max_new_tokens = n, .sampling = {.temperature = 0.0}, .end_ids = {-1}};
+    GenerateOptions o;
+    o.max_new_tokens = n;
+    o.sampling.temperature = 0.0;
+    o.end_ids = {-1};
     o.speculative = spec;
     return session.generate(prompt, o);
 }
