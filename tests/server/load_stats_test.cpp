@@ -34,8 +34,8 @@ TEST_CASE("load stats: two overlapping replies give the union rate and the both-
     level.samples = {reply(5, {1, 2, 3, 4, 5}), reply(5, {3, 4, 5, 6, 7})};
     // 8 tokens after the firsts over [1, 7]
     CHECK(level.decode_tokens_per_s() == Approx(8.0 / 6.0));
-    // both decoding over [3, 5]: the deltas at 4 and 5 of each
-    CHECK(level.saturated_decode_tokens_per_s() == Approx(4.0 / 2.0));
+    // both decoding over [3, 5]: the first's deltas at 3, 4 and 5, the second's at 4 and 5
+    CHECK(level.saturated_decode_tokens_per_s() == Approx(5.0 / 2.0));
     CHECK(level.ok() == 2);
     CHECK(level.tokens() == 10);
     CHECK(level.ttft_percentile(0.5) == Approx(3.0));  // nearest rank of {1, 3}
@@ -82,4 +82,19 @@ TEST_CASE("load stats: failed requests are counted by reason and left out of eve
     CHECK(errors.at("HTTP 401") == 2);
     CHECK(level.decode_tokens_per_s() == Approx(1.0));
     CHECK(level.saturated_decode_tokens_per_s() == 0.0);  // never two replies decoding
+}
+
+TEST_CASE("load stats: deltas read together still count, and a reply that came in one delta too", "[server][loadgen]") {
+    LoadLevel level;
+    level.concurrency = 1;
+    // a fast server: six tokens in five deltas read at one instant, then the stream's end later
+    LoadSample together = reply(6, {1, 1, 1, 1, 1});
+    together.end_at = at(2);
+    // everything in a single delta
+    LoadSample single = reply(4, {3});
+    single.end_at = at(4);
+    level.samples = {together, single};
+    // windows [1, 2] and [3, 4]; 5 + 3 tokens after the firsts
+    CHECK(level.saturated_decode_tokens_per_s() == Approx(8.0 / 2.0));
+    CHECK(level.decode_tokens_per_s() == Approx(8.0 / 2.0));
 }

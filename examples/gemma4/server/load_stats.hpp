@@ -69,10 +69,11 @@ struct LoadLevel {
     }
 
     /// The decode rate while every client's reply was past its first token at once (each client
-    /// decoding, none waiting for a first token): the tokens that arrived in those windows, a
-    /// reply's tokens after its first spread evenly over its deltas after its first, per second
-    /// of the windows. This is the server's rate at full occupancy; 0 when the level never had
-    /// all its clients decoding together (replies too short to overlap).
+    /// decoding, none waiting for a first token): the tokens that arrived in those windows (ends
+    /// included), a reply's tokens after its first spread evenly over its deltas after its first
+    /// (or all on its one delta, when everything came at once), per second of the windows. This
+    /// is the server's rate at full occupancy; 0 when the level never had all its clients
+    /// decoding together (replies too short to overlap).
     double saturated_decode_tokens_per_s() const {
         std::vector<std::pair<clock::time_point, int>> edges;
         for (const auto& s : decoding()) {
@@ -92,11 +93,15 @@ struct LoadLevel {
         if (seconds <= 0) return 0;
         double tokens = 0;
         for (const auto& s : decoding()) {
-            if (s->tokens < 2 || s->deltas.size() < 2) continue;
-            const double per_delta = static_cast<double>(s->tokens - 1) / static_cast<double>(s->deltas.size() - 1);
-            for (std::size_t d = 1; d < s->deltas.size(); ++d)
+            if (s->tokens < 2 || s->deltas.empty()) continue;
+            const std::size_t first = s->deltas.size() > 1 ? 1 : 0;
+            const double per_delta = static_cast<double>(s->tokens - 1) / static_cast<double>(s->deltas.size() - first);
+            for (std::size_t d = first; d < s->deltas.size(); ++d)
                 for (const auto& [lo, hi] : windows)
-                    if (s->deltas[d] > lo && s->deltas[d] <= hi) tokens += per_delta;
+                    if (s->deltas[d] >= lo && s->deltas[d] <= hi) {
+                        tokens += per_delta;
+                        break;  // windows that touch share an end: count the delta once
+                    }
         }
         return tokens / seconds;
     }
