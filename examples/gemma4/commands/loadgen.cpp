@@ -116,8 +116,8 @@ int run(cli::Args& args) {
         level.seconds = std::chrono::duration<double>(clock_type::now() - start).count();
         const double rps = static_cast<double>(level.ok()) / level.seconds, tps = static_cast<double>(level.tokens()) / level.seconds;
         const auto failed = static_cast<std::int64_t>(level.samples.size()) - level.ok();
-        const json errors = level.errors();
-        for (const auto& [reason, count] : level.errors())
+        const auto errors = level.errors();
+        for (const auto& [reason, count] : errors)
             std::fprintf(stderr, "loadgen: concurrency %d: %lld request(s) failed: %s\n", c, static_cast<long long>(count), reason.c_str());
         if (as_json)
             report.push_back({{"concurrency", c}, {"requests", requests}, {"requests_per_s", rps}, {"tokens_per_s", tps},
