@@ -4,7 +4,11 @@
 
 #include <gemma4/abi.hpp>
 
+#include <gemma4/kernels/cpu.hpp>
+#include <gemma4/kernels/isa/avx2.hpp>
+#include <gemma4/kernels/isa/avx512.hpp>
 #include <gemma4/kernels/simd.hpp>
+#include <gemma4/kernels/thread_pool.hpp>
 
 #include <xsimd/xsimd.hpp>
 
@@ -47,23 +51,44 @@ inline T gelu_tanh(T x) {
     return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
 }
 
-/// geluMul: y[i] = gelu_tanh(gate[i]) · up[i]. In float, whole vectors go through xsimd's tanh
-/// (a scalar libm call, ≈ 50 ns per element, was ≈ 15 % of a prefill); double keeps std::tanh, the
-/// reference.
+/// geluMul: y[i] = gelu_tanh(gate[i]) · up[i]. In float, whole vectors go through the kernel of
+/// the process's level (kernels/isa/float_kernels-inl.hpp) or, at the baseline, xsimd's tanh at
+/// the build's architecture (a scalar libm call, ≈ 50 ns per element, was ≈ 15 % of a prefill);
+/// double keeps std::tanh, the reference.
 template <class T>
-inline void gelu_mul(const T* gate, const T* up, std::int64_t n, T* y) {
+inline void gelu_mul(const T* gate, const T* up, std::int64_t n, T* y, Isa isa = active_isa()) {
     std::int64_t i = 0;
     if constexpr (std::is_same_v<T, float>) {
-        using B = xsimd::batch<float>;
-        constexpr auto S = static_cast<std::int64_t>(B::size);
-        const B k(0.79788456080286535587989211986876f), c(0.044715f), half(0.5f), one(1.0f);
-        for (; i + S <= n; i += S) {
-            const B g = B::load_unaligned(gate + i);
-            const B t = xsimd::tanh(k * xsimd::fma(c * g, g * g, g));
-            (half * g * (one + t) * B::load_unaligned(up + i)).store_unaligned(y + i);
+        if (isa >= Isa::Avx512) i = detail::avx512::gelu_mul(gate, up, n, y);
+        else if (isa == Isa::Avx2) i = detail::avx2::gelu_mul(gate, up, n, y);
+        else {
+            using B = xsimd::batch<float>;
+            constexpr auto S = static_cast<std::int64_t>(B::size);
+            const B k(0.79788456080286535587989211986876f), c(0.044715f), half(0.5f), one(1.0f);
+            for (; i + S <= n; i += S) {
+                const B g = B::load_unaligned(gate + i);
+                const B t = xsimd::tanh(k * xsimd::fma(c * g, g * g, g));
+                (half * g * (one + t) * B::load_unaligned(up + i)).store_unaligned(y + i);
+            }
+        }
+    }
+    if constexpr (std::is_same_v<T, float>) {
+        // the vector levels' form (float_kernels-inl.hpp), which keeps its relative accuracy
+        // where 1 + tanh u cancels: g · up / (1 + e^(−2u))
+        for (; i < n; ++i) {
+            const float g = gate[i], u = 0.79788456080286535588f * (g + 0.044715f * g * g * g);
+            y[i] = g * up[i] / (1.0f + std::exp(-2.0f * u));
         }
     }
     for (; i < n; ++i) y[i] = gelu_tanh(gate[i]) * up[i];
+}
+
+/// geluMul of n rows [gate | up] (2·I each) into n rows of I, the rows shared among the threads.
+template <class T>
+inline void gelu_mul_rows(const T* gate_up, std::int64_t n, std::int64_t I, T* y, ThreadPool& pool) {
+    pool.parallel_for(n, [&](std::int64_t t0, std::int64_t t1) {
+        for (std::int64_t t = t0; t < t1; ++t) gelu_mul(gate_up + t * 2 * I, gate_up + t * 2 * I + I, I, y + t * I);
+    });
 }
 
 /// lmHead soft-cap: z ← cap · tanh(z / cap) (cap ≤ 0: unchanged). Vectorised in float as above.

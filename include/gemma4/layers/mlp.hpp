@@ -31,8 +31,7 @@ public:
         tap(obs, ctx.layer, "mlp.gate_up", gate_up.data(), n, 2 * I, 2 * I);
         // mlp.act
         std::vector<T> act(static_cast<std::size_t>(n * I));
-        for (std::int64_t t = 0; t < n; ++t)
-            kernels::gelu_mul(gate_up.data() + t * 2 * I, gate_up.data() + t * 2 * I + I, I, act.data() + t * I);
+        kernels::gelu_mul_rows(gate_up.data(), n, I, act.data(), ctx.pool);
         tap(obs, ctx.layer, "mlp.act", act.data(), n, I, I);
         // mlp.down
         linear<T>(down_, {act.data(), I}, {out, H}, n, ctx.pool);

@@ -332,7 +332,7 @@ private:
         const LinearOut<T> gate_up_proj[] = {{&ly.gate_proj, {gate_up.data(), 2 * I}}, {&ly.up_proj, {gate_up.data() + I, 2 * I}}};
         linear<T>(std::span<const LinearOut<T>>(gate_up_proj), {a.data(), H}, n, *pool_);
         tap(obs, l, "mlp.gate_up", gate_up.data(), n, 2 * I, 2 * I);
-        for (std::int64_t t = 0; t < n; ++t) kernels::gelu_mul(gate_up.data() + t * 2 * I, gate_up.data() + t * 2 * I + I, I, act.data() + t * I);
+        kernels::gelu_mul_rows(gate_up.data(), n, I, act.data(), *pool_);
         tap(obs, l, "mlp.act", act.data(), n, I, I);
         linear<T>(ly.down_proj, {act.data(), I}, {h.data(), H}, n, *pool_);
         tap(obs, l, "mlp.down", h.data(), n, H, H);

@@ -32,6 +32,13 @@ inline void vstore(float* p, V v) { _mm256_storeu_ps(p, v); }
 inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
 inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline V vdiv(V a, V b) { return _mm256_div_ps(a, b); }
+inline V vmin(V a, V b) { return _mm256_min_ps(a, b); }
+inline V vmax(V a, V b) { return _mm256_max_ps(a, b); }
+inline V vround(V a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline V vpow2i(V n) {  // 2^n for whole n in [−126, 127]: n + 127 in the exponent field
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
 inline float vsum(V a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -168,6 +168,13 @@ inline void vstore(float* p, V v) { _mm512_storeu_ps(p, v); }
 inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
 inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
 inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V vdiv(V a, V b) { return _mm512_div_ps(a, b); }
+inline V vmin(V a, V b) { return _mm512_min_ps(a, b); }
+inline V vmax(V a, V b) { return _mm512_max_ps(a, b); }
+inline V vround(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline V vpow2i(V n) {  // 2^n for whole n in [−126, 127]: n + 127 in the exponent field
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
 inline float vsum(V a) { return _mm512_reduce_add_ps(a); }
 inline V vload_i8(const std::int8_t* c) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c))));

@@ -4,7 +4,9 @@
 // defining its vector layer:
 //
 //   V, kLanes                  a register of kLanes floats
-//   vzero, vsplat, vload, vstore, vadd, vmul, vfma, vsum
+//   vzero, vsplat, vload, vstore, vadd, vmul, vfma, vdiv, vmin, vmax, vsum
+//   vround(a)                  to the nearest whole number, ties to even
+//   vpow2i(n)                  2^n for whole n in [−126, 127]
 //   vload_i8(codes)            kLanes int8 codes as floats
 //   vload_bf16(w, even, odd)   kLanes 4-byte words of bf16 pairs: the even and the odd elements
 //   kBf16Rows, kBf16Tokens     the register tile of the bf16 kernel
@@ -166,4 +168,38 @@ void value_pass_rows(std::int64_t group, std::int64_t d, std::int64_t j0, std::i
             for (std::int64_t i = 0; i < d; i += kLanes) vstore(acc + i, vfma(p, row_vec(vr, i), vload(acc + i)));
         }
     }
+}
+
+// ---- GeGLU's activation (kernels/ops.hpp) --------------------------------------------------
+
+/// e^x for x clamped to [−87, 88]: x = n·ln 2 + r with |r| ≤ ln 2 / 2 (ln 2 in two parts, the
+/// first with few enough bits that n times it is exact), e^r by its Taylor series to r^7 (the
+/// truncation is below 6e-9 relative, under float's 6e-8), times 2^n.
+inline V vexp(V x) {
+    x = vmin(vmax(x, vsplat(-87.0f)), vsplat(88.0f));
+    const V n = vround(vmul(x, vsplat(1.44269504088896341f)));  // log2 e
+    V r = vfma(n, vsplat(-0.693359375f), x);                    // ln 2 = 0.693359375 − 2.12194440e-4
+    r = vfma(n, vsplat(2.12194440e-4f), r);
+    V p = vfma(vsplat(1.0f / 5040), r, vsplat(1.0f / 720));  // Horner, from r^7 down
+    p = vfma(p, r, vsplat(1.0f / 120));
+    p = vfma(p, r, vsplat(1.0f / 24));
+    p = vfma(p, r, vsplat(1.0f / 6));
+    p = vfma(p, r, vsplat(0.5f));
+    p = vfma(p, r, vsplat(1.0f));
+    p = vfma(p, r, vsplat(1.0f));
+    return vmul(p, vpow2i(n));
+}
+
+/// y[i] = gelu_tanh(gate[i]) · up[i] for the whole vectors of [0, n); returns how many were done.
+/// 0.5 (1 + tanh u) = 1 / (1 + e^(−2u)), so gelu_tanh(g) = g / (1 + e^(−2u)) with
+/// u = √(2/π) (g + 0.044715 g³): no 1 + tanh to cancel where tanh u → −1.
+inline std::int64_t gelu_mul(const float* gate, const float* up, std::int64_t n, float* y) {
+    const V minus_2k = vsplat(-2.0f * 0.79788456080286535588f), c = vsplat(0.044715f), one = vsplat(1.0f);
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        const V g = vload(gate + i);
+        const V minus_2u = vmul(minus_2k, vfma(vmul(c, g), vmul(g, g), g));
+        vstore(y + i, vdiv(vmul(g, vload(up + i)), vadd(one, vexp(minus_2u))));
+    }
+    return i;
 }
