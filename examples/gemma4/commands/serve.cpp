@@ -138,7 +138,15 @@ private:
         std::string text;  ///< produced, not yet written
         std::atomic<bool> client_gone{false};
         std::optional<RequestHandle> handle;
+        int socket = -1;  ///< the client's connection (server/connection.hpp), or -1: not watched
     };
+
+    /// A request's stream, watching the connection `req` came on.
+    static std::shared_ptr<Stream> stream_for(const httplib::Request& req) {
+        auto stream = std::make_shared<Stream>();
+        stream->socket = server::connection_socket(req.remote_addr, req.remote_port, req.local_port);
+        return stream;
+    }
 
     static void send_error(httplib::Response& res, const ApiError& e) {
         res.status = e.status;
@@ -235,6 +243,9 @@ private:
                 stream->text += text;
             }
             stream->ready.notify_one();
+            // A client that hung up stops its request at this token, even when the writer has not
+            // run since (a fast model can otherwise finish the whole reply into a closed socket).
+            if (!stream->client_gone && stream->socket >= 0 && server::peer_closed(stream->socket)) stream->client_gone = true;
             return !stream->client_gone.load();
         };
     }
@@ -256,11 +267,10 @@ private:
     /// Waits for a non-streaming request's result, watching its connection meanwhile: a client
     /// that goes away cancels the request (its KV pages are freed at the engine's next step), as a
     /// streaming one does. Rethrows a failed request's error (rethrow_generation_error).
-    EngineResult finished_unless_gone(const httplib::Request& req, Stream& stream) const {
-        const int fd = server::connection_socket(req.remote_addr, req.remote_port, req.local_port);
+    EngineResult finished_unless_gone(Stream& stream) const {
         std::optional<EngineResult> r;
-        while (!(r = stream.handle->wait_for(std::chrono::milliseconds(100)))) {
-            if (fd >= 0 && !stream.client_gone && server::peer_closed(fd)) {
+        while (!(r = stream.handle->wait_for(std::chrono::milliseconds(100)))) {  // also while queued
+            if (stream.socket >= 0 && !stream.client_gone && server::peer_closed(stream.socket)) {
                 stream.client_gone = true;  // on_token stops the request at its next token
                 stream.handle->cancel();
             }
@@ -275,13 +285,13 @@ private:
         check_model(cr.sampling.model);
         const auto media = server::decode_media<float>(cr.media, engine_.model().config(), config_.max_soft_tokens);
         Prepared p = prepare(tokenizer_.encode(server::render_prompt(cr), /*add_special=*/false), media, cr.sampling);
-        auto stream = std::make_shared<Stream>();
+        auto stream = stream_for(req);
         p.request.options.on_token = collector(stream);
         const std::string id = server::make_id("chatcmpl-");
         const std::int64_t created = server::unix_seconds();
         stream->handle = engine_.submit(std::move(p.request));
         if (!cr.sampling.stream) {
-            const EngineResult r = finished_unless_gone(req, *stream);
+            const EngineResult r = finished_unless_gone(*stream);
             std::string text;
             {
                 std::lock_guard lock(stream->mutex);
@@ -346,13 +356,13 @@ private:
             throw server::bad_field("prompt", "expected a string, an array of token ids, or a batch of one of them");
         }
         Prepared prepared = prepare(std::move(ids), {}, s);
-        auto stream = std::make_shared<Stream>();
+        auto stream = stream_for(req);
         prepared.request.options.on_token = collector(stream);
         const std::string id = server::make_id("cmpl-");
         const std::int64_t created = server::unix_seconds();
         stream->handle = engine_.submit(std::move(prepared.request));
         if (!s.stream) {
-            const EngineResult r = finished_unless_gone(req, *stream);
+            const EngineResult r = finished_unless_gone(*stream);
             const server::Usage usage = usage_of(r);
             std::lock_guard lock(stream->mutex);
             res.set_content(server::text_completion(id, model_id_, created, stream->text, finish_reason(r.finish, false), &usage)
