@@ -139,6 +139,12 @@ private:
         std::atomic<bool> client_gone{false};
         std::optional<RequestHandle> handle;
         int socket = -1;  ///< the client's connection (server/connection.hpp), or -1: not watched
+
+        /// Whether the client has gone: polls its connection until it has.
+        bool hung_up() {
+            if (!client_gone && socket >= 0 && server::peer_closed(socket)) client_gone = true;
+            return client_gone;
+        }
     };
 
     /// A request's stream, watching the connection `req` came on.
@@ -245,8 +251,7 @@ private:
             stream->ready.notify_one();
             // A client that hung up stops its request at this token, even when the writer has not
             // run since (a fast model can otherwise finish the whole reply into a closed socket).
-            if (!stream->client_gone && stream->socket >= 0 && server::peer_closed(stream->socket)) stream->client_gone = true;
-            return !stream->client_gone.load();
+            return !stream->hung_up();
         };
     }
 
@@ -269,12 +274,8 @@ private:
     /// streaming one does. Rethrows a failed request's error (rethrow_generation_error).
     EngineResult finished_unless_gone(Stream& stream) const {
         std::optional<EngineResult> r;
-        while (!(r = stream.handle->wait_for(std::chrono::milliseconds(100)))) {  // also while queued
-            if (stream.socket >= 0 && !stream.client_gone && server::peer_closed(stream.socket)) {
-                stream.client_gone = true;  // on_token stops the request at its next token
-                stream.handle->cancel();
-            }
-        }
+        while (!(r = stream.handle->wait_for(std::chrono::milliseconds(100))))  // also while queued
+            if (stream.hung_up()) stream.handle->cancel();
         if (r->error) rethrow_generation_error(r->error);
         return std::move(*r);
     }

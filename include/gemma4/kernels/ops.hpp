@@ -71,8 +71,6 @@ inline void gelu_mul(const T* gate, const T* up, std::int64_t n, T* y, Isa isa =
                 (half * g * (one + t) * B::load_unaligned(up + i)).store_unaligned(y + i);
             }
         }
-    }
-    if constexpr (std::is_same_v<T, float>) {
         // the vector levels' form (float_kernels-inl.hpp), which keeps its relative accuracy
         // where 1 + tanh u cancels: g · up / (1 + e^(−2u))
         for (; i < n; ++i) {
