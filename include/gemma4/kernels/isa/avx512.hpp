@@ -53,6 +53,7 @@ struct PanelVnni {
         for (std::int64_t b = 0; b < blocks; ++b) {
             if (ahead) {
                 const char* f = reinterpret_cast<const char*>(panel) + b * block_bytes + ahead;
+#pragma GCC unroll 8
                 for (std::int64_t l = 0; l < block_bytes; l += 64) {
                     _mm_prefetch(f + l, _MM_HINT_T0);
                     _mm_prefetch(f + kAheadL2 + l, _MM_HINT_T1);
@@ -64,12 +65,14 @@ struct PanelVnni {
                 // block k of a 128-column group: low (k < 2) or high nibbles of words (k % 2)·8 …
                 const std::byte* base = panel + (b / 4) * 1024 + (b % 2) * 512;
                 const bool high = b % 4 >= 2;
+#pragma GCC unroll 8
                 for (int s = 0; s < 8; ++s) {
                     const __m512i v = _mm512_loadu_si512(base + 64 * s);
                     wv[s] = _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, low4);
                 }
             } else {
                 const std::byte* base = panel + b * 512;
+#pragma GCC unroll 8
                 for (int s = 0; s < 8; ++s) wv[s] = _mm512_xor_si512(_mm512_loadu_si512(base + 64 * s), flip);
             }
             const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + P * b)));

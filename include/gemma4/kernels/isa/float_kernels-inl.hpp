@@ -40,10 +40,13 @@ inline void bf16_tile(const std::uint16_t* w, std::int64_t K, std::int64_t main,
     for (int r = 0; r < RR; ++r) wr[r] = w + (n0 + r) * K;
     for (std::int64_t k = 0; k < main; k += 2 * kLanes) {
         V we[RR], wo[RR];
+#pragma GCC unroll 4
         for (int r = 0; r < RR; ++r) vload_bf16(wr[r] + k, we[r], wo[r]);
+#pragma GCC unroll 4
         for (int t = 0; t < TT; ++t) {
             const float* xt = xs + (t0 + t) * main + k;
             const V xe = vload(xt), xo = vload(xt + kLanes);
+#pragma GCC unroll 4
             for (int r = 0; r < RR; ++r) {
                 acc[r][t] = vfma(we[r], xe, acc[r][t]);
                 acc[r][t] = vfma(wo[r], xo, acc[r][t]);
@@ -94,23 +97,32 @@ void score_pass(const float* q, std::int64_t group, std::int64_t d, std::int64_t
         const std::int64_t kb = std::min<std::int64_t>(K, j1 - j + 1);
         for (std::int64_t a = j + K; a < std::min(j + 2 * K, j1 + 1); ++a) kernels::detail_attn::row_prefetch(key(a), d);
         decltype(key(j)) kr[K];
+#pragma GCC unroll 4
         for (std::int64_t x = 0; x < K; ++x) kr[x] = key(j + (x < kb ? x : 0));
         for (std::int64_t h0 = 0; h0 < group; h0 += H) {
             const std::int64_t hb = std::min<std::int64_t>(H, group - h0);
             const float* qh[H];
+#pragma GCC unroll 4
             for (std::int64_t y = 0; y < H; ++y) qh[y] = q + (h0 + (y < hb ? y : 0)) * d;
             V acc[H][K];
             for (auto& r : acc)
                 for (auto& c : r) c = vzero();
             for (std::int64_t i = 0; i < d; i += kLanes) {
                 V kv[K], qv[H];
+#pragma GCC unroll 4
                 for (std::int64_t x = 0; x < K; ++x) kv[x] = row_vec(kr[x], i);
+#pragma GCC unroll 4
                 for (std::int64_t y = 0; y < H; ++y) qv[y] = vload(qh[y] + i);
+#pragma GCC unroll 4
                 for (std::int64_t y = 0; y < H; ++y)
+#pragma GCC unroll 4
                     for (std::int64_t x = 0; x < K; ++x) acc[y][x] = vfma(qv[y], kv[x], acc[y][x]);
             }
-            for (std::int64_t y = 0; y < hb; ++y)
-                for (std::int64_t x = 0; x < kb; ++x) scores[(h0 + y) * len + (j - j0 + x)] = vsum(acc[y][x]);
+#pragma GCC unroll 4
+            for (std::int64_t y = 0; y < H; ++y)
+#pragma GCC unroll 4
+                for (std::int64_t x = 0; x < K; ++x)
+                    if (y < hb && x < kb) scores[(h0 + y) * len + (j - j0 + x)] = vsum(acc[y][x]);
         }
     }
 }
@@ -130,14 +142,20 @@ void value_pass_blocked(std::int64_t group, std::int64_t d, std::int64_t j0, std
         for (std::int64_t d0 = 0; d0 < d; d0 += 4 * kLanes)
             for (std::int64_t h0 = 0; h0 < group; h0 += 4) {
                 const std::int64_t hb = std::min<std::int64_t>(4, group - h0);
+                // The head loops run to 4 with a guard rather than to hb: fully unrolled, the 16
+                // accumulators then stay in registers.
                 V acc[4][4];
-                for (std::int64_t hh = 0; hh < hb; ++hh)
-                    for (int i = 0; i < 4; ++i) acc[hh][i] = vload(part + (h0 + hh) * (d + 2) + 2 + d0 + i * kLanes);
+#pragma GCC unroll 4
+                for (std::int64_t hh = 0; hh < 4; ++hh)
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; ++i) acc[hh][i] = hh < hb ? vload(part + (h0 + hh) * (d + 2) + 2 + d0 + i * kLanes) : vzero();
                 for (std::int64_t j = b0; j <= b1; ++j) {
                     const auto vr = value(j);
                     const V v0 = row_vec(vr, d0), v1 = row_vec(vr, d0 + kLanes), v2 = row_vec(vr, d0 + 2 * kLanes),
                             v3 = row_vec(vr, d0 + 3 * kLanes);
-                    for (std::int64_t hh = 0; hh < hb; ++hh) {
+#pragma GCC unroll 4
+                    for (std::int64_t hh = 0; hh < 4; ++hh) {
+                        if (hh >= hb) break;
                         const V p = vsplat(scores[(h0 + hh) * len + (j - j0)]);
                         acc[hh][0] = vfma(p, v0, acc[hh][0]);
                         acc[hh][1] = vfma(p, v1, acc[hh][1]);
@@ -145,8 +163,11 @@ void value_pass_blocked(std::int64_t group, std::int64_t d, std::int64_t j0, std
                         acc[hh][3] = vfma(p, v3, acc[hh][3]);
                     }
                 }
-                for (std::int64_t hh = 0; hh < hb; ++hh)
-                    for (int i = 0; i < 4; ++i) vstore(part + (h0 + hh) * (d + 2) + 2 + d0 + i * kLanes, acc[hh][i]);
+#pragma GCC unroll 4
+                for (std::int64_t hh = 0; hh < 4; ++hh)
+                    if (hh < hb)
+#pragma GCC unroll 4
+                        for (int i = 0; i < 4; ++i) vstore(part + (h0 + hh) * (d + 2) + 2 + d0 + i * kLanes, acc[hh][i]);
             }
     }
 }

@@ -62,6 +62,7 @@ struct PanelAvx2 {
         for (std::int64_t b = 0; b < blocks; ++b) {
             if (ahead) {
                 const char* f = reinterpret_cast<const char*>(panel) + b * block_bytes + ahead;
+#pragma GCC unroll 8
                 for (std::int64_t l = 0; l < block_bytes; l += 64) {
                     _mm_prefetch(f + l, _MM_HINT_T0);
                     _mm_prefetch(f + kAheadL2 + l, _MM_HINT_T1);
@@ -71,15 +72,20 @@ struct PanelAvx2 {
             const std::int32_t* words = act + b * 10 * n + i;
             const auto* xs = reinterpret_cast<const float*>(words + 8 * n);
             const std::int32_t* start = words + 9 * n;
+#pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
                 __m256i isum[N];
+#pragma GCC unroll 4
                 for (int t = 0; t < N; ++t) isum[t] = _mm256_set1_epi32(start[t]);
+#pragma GCC unroll 8
                 for (int s = 0; s < 8; ++s) {
                     const __m256i w = weight<Q4>(panel, b, s, h);
                     const __m256i w_abs = Q4 || kAvxVnni ? w : _mm256_abs_epi8(w);
+#pragma GCC unroll 4
                     for (int t = 0; t < N; ++t) isum[t] = dot(isum[t], w, w_abs, _mm256_set1_epi32(words[s * n + t]), Q4);
                 }
                 const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + P * b + 8 * h)));
+#pragma GCC unroll 4
                 for (int t = 0; t < N; ++t)
                     acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(ws, _mm256_set1_ps(xs[t])), acc[h][t]);
             }
