@@ -13,8 +13,8 @@
 // Inside those regions, a loop of fixed small count over an array of vector registers carries
 // `#pragma GCC unroll N`. GCC 12 at -O2 leaves some such loops rolled (8 loads of 64 bytes, a
 // 4 × 4 tile of accumulators), and a rolled loop indexes its array, so the array lives on the
-// stack: the Q8/Q4 pass stored and reloaded its 8 weight vectors every block and decoded at two
-// thirds of its speed (docs/performance.md, "AMD Zen 5"). A loop to a run-time bound below the
+// stack: the Q8/Q4 pass stored and reloaded its 8 weight vectors every block, which made its
+// one-token pass half again as slow (docs/performance.md, "AMD Zen 5"). A loop to a run-time bound below the
 // fixed count is written as the fixed count with a guard, for the same reason.
 #pragma once
 
