@@ -11,11 +11,12 @@
 // rule holds in programs whose translation units are built with different -march).
 //
 // Inside those regions, a loop of fixed small count over an array of vector registers carries
-// `#pragma GCC unroll N`. GCC 12 at -O2 leaves some such loops rolled (8 loads of 64 bytes, a
-// 4 × 4 tile of accumulators), and a rolled loop indexes its array, so the array lives on the
-// stack: the Q8/Q4 pass stored and reloaded its 8 weight vectors every block, which made its
-// one-token pass half again as slow (docs/performance.md, "AMD Zen 5"). A loop to a run-time bound below the
-// fixed count is written as the fixed count with a guard, for the same reason.
+// `#pragma GCC unroll N`. Whether GCC 12 unrolls such a loop depends on the optimisation level
+// (the library is compiled with its users' flags), and a rolled loop indexes its array, so the
+// array lives on the stack: at -O2 the bf16 tiles ran at half speed and the Q8/Q4 pass stored
+// and reloaded its 8 weight vectors every block; at -O3 attention's score and value passes kept
+// their accumulators on the stack (docs/performance.md, "Register loops unrolled"). A loop to a
+// run-time bound below the fixed count is written as the fixed count with a guard.
 #pragma once
 
 #include <immintrin.h>
