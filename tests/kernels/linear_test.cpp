@@ -55,17 +55,15 @@ TestWeight make_weight(DType dtype, std::int64_t N, std::int64_t K, std::uint64_
         w.view.scales = w.scales.data();
         w.view.layout = WeightView::Layout::Rows;
         if (layout == WeightView::Layout::Panels) {
-            const std::int64_t np = quant::panel_count(N), pb = quant::panel_bytes(dtype, K), ps = quant::panel_scale_count(K);
-            std::vector<std::byte> codes(static_cast<std::size_t>(np * pb));
-            std::vector<std::byte> scales(static_cast<std::size_t>(np * ps * 2));
-            auto* sc = reinterpret_cast<std::uint16_t*>(scales.data());
-            for (std::int64_t p = 0; p < np; ++p) quant::clear_panel(dtype, K, codes.data() + p * pb, sc + p * ps);
+            const std::int64_t np = quant::panel_count(N), pb = quant::panel_bytes(dtype, K);
+            std::vector<std::byte> panels(static_cast<std::size_t>(np * pb));
+            for (std::int64_t p = 0; p < np; ++p) quant::clear_panel(dtype, K, panels.data() + p * pb);
             for (std::int64_t n = 0; n < N; ++n)
                 quant::row_to_panel(dtype, w.bytes.data() + n * rb, reinterpret_cast<const std::uint16_t*>(w.scales.data()) + n * nb, K,
-                                    n % quant::kPanelRows, codes.data() + n / quant::kPanelRows * pb, sc + n / quant::kPanelRows * ps);
-            w.bytes = std::move(codes);
-            w.scales = std::move(scales);
-            w.view.scales = w.scales.data();
+                                    n % quant::kPanelRows, panels.data() + n / quant::kPanelRows * pb);
+            w.bytes = std::move(panels);
+            w.scales.clear();
+            w.view.scales = nullptr;
             w.view.layout = WeightView::Layout::Panels;
         }
     } else {
@@ -249,7 +247,8 @@ TEST_CASE("panels hold the rows of the file layout, padding rows zero", "[kernel
             const TestWeight panels = make_weight(dtype, N, K, 21);
             REQUIRE(panels.view.layout == WeightView::Layout::Panels);
             CHECK(panels.bytes.size() == static_cast<std::size_t>(quant::panel_count(N) * quant::panel_bytes(dtype, K)));
-            CHECK(panels.view.scale_bytes() == panels.scales.size());
+            CHECK(panels.view.scale_bytes() == 0);  // held in the panels
+            CHECK(rows.view.scale_bytes() == static_cast<std::size_t>(N * quant::blocks_per_row(K) * 2));
             CHECK(rows.values == panels.values);  // at() reads both layouts alike
             const std::int64_t rb = quant::row_bytes(dtype, K), nb = quant::blocks_per_row(K);
             std::vector<std::byte> a(static_cast<std::size_t>(rb)), b(a.size());
@@ -264,11 +263,24 @@ TEST_CASE("panels hold the rows of the file layout, padding rows zero", "[kernel
             const std::int64_t last = quant::panel_count(N) - 1;
             for (std::int64_t r = N - last * quant::kPanelRows; r < quant::kPanelRows; ++r)
                 for (std::int64_t i = 0; i < K; ++i)
-                    CHECK(quant::panel_value_at(dtype, panels.view.panel_codes(last), panels.view.panel_scales(last), r, i) == 0.0f);
-            // byte j of row r sits at 64·(j / 4) + 4·r + j % 4
+                    CHECK(quant::panel_value_at(dtype, panels.view.panel(last), r, i) == 0.0f);
+            // Group g (128 columns) of a panel is its codes then its scales: byte j of row r's
+            // codes at g·group_bytes + 64·(j' / 4) + 4·r + j' % 4 (j' = j within the group), and
+            // scale k of the group at g·group_bytes + group_code_bytes + 2·(16·k + r).
             const std::int64_t r = std::min<std::int64_t>(N, quant::kPanelRows) - 1;
             rows.view.quant_row(r, a.data(), sa.data());
-            for (std::int64_t j = 0; j < rb; ++j) CHECK(panels.bytes[static_cast<std::size_t>(64 * (j / 4) + 4 * r + j % 4)] == a[static_cast<std::size_t>(j)]);
+            const std::int64_t gb = quant::row_bytes(dtype, quant::kRowAlign), group = quant::group_bytes(dtype);
+            CHECK(group == (dtype == DType::Q8 ? 2048 + 128 : 1024 + 128));
+            for (std::int64_t j = 0; j < rb; ++j) {
+                const std::int64_t jj = j % gb;
+                CHECK(panels.bytes[static_cast<std::size_t>(j / gb * group + 64 * (jj / 4) + 4 * r + jj % 4)] == a[static_cast<std::size_t>(j)]);
+            }
+            for (std::int64_t b = 0; b < nb; ++b) {
+                const std::size_t at = static_cast<std::size_t>(b / 4 * group + quant::group_code_bytes(dtype) + 2 * (16 * (b % 4) + r));
+                std::uint16_t s;
+                std::memcpy(&s, panels.bytes.data() + at, 2);
+                CHECK(s == sa[static_cast<std::size_t>(b)]);
+            }
         }
 }
 

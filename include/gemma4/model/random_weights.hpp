@@ -72,18 +72,20 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
             v.data = p;
         } else {
             // random codes; every row's scales the same, padding rows' zero
-            const std::int64_t np = quant::panel_count(rows), pb = quant::panel_bytes(dtype, cols), ps = quant::panel_scale_count(cols);
+            const std::int64_t np = quant::panel_count(rows), pb = quant::panel_bytes(dtype, cols), nb = quant::blocks_per_row(cols);
             v.size_bytes = static_cast<std::size_t>(np * pb);
             std::byte* p = owned->allocate(v.size_bytes);
             fill_random(p, v.size_bytes, matrix_seed);
-            auto* s = reinterpret_cast<std::uint16_t*>(owned->allocate(static_cast<std::size_t>(np * ps * 2)));
             const std::uint16_t scale = quant::block_scale(static_cast<float>(amax), dtype);
             pool.parallel_for(np, [&](std::int64_t p0, std::int64_t p1) {
-                for (std::int64_t i = p0 * ps; i < p1 * ps; ++i)
-                    s[i] = (i / ps) * quant::kPanelRows + i % quant::kPanelRows < rows ? scale : std::uint16_t{0};
+                for (std::int64_t q = p0; q < p1; ++q)
+                    for (std::int64_t b = 0; b < nb; ++b)
+                        for (std::int64_t r = 0; r < quant::kPanelRows; ++r) {
+                            const std::uint16_t s = q * quant::kPanelRows + r < rows ? scale : std::uint16_t{0};
+                            std::memcpy(p + q * pb + quant::block_scales_offset(dtype, b) + 2 * r, &s, 2);
+                        }
             }, 64);
             v.data = p;
-            v.scales = reinterpret_cast<const std::byte*>(s);
         }
         return v;
     };

@@ -176,46 +176,76 @@ inline void dequantize_row(DType t, const std::byte* codes, const std::uint16_t*
 // ---- In memory: panels of 16 rows --------------------------------------------------------
 // Files hold the rows above one after another. In memory a matrix is held as panels of
 // kPanelRows rows (the last one padded with zero rows) that interleave their rows in 4-byte
-// words: byte j of row r of a panel is at 64·(j / 4) + 4·r + j % 4. One 64-byte load then holds
-// 4 consecutive bytes of each of the 16 rows — the operand of an int8 dot-product instruction —
-// and a panel is one contiguous stream. The bytes themselves are the file's (Q8 signed codes,
-// Q4 nibble pairs), so a row moves between the layouts by whole words. Scales are interleaved
-// the same way by element: scale b of row r at 16·b + r.
+// words. One 64-byte load then holds 4 consecutive bytes of each of the 16 rows — the operand of
+// an int8 dot-product instruction. A panel is a sequence of 128-column groups (kRowAlign), each
+// its codes followed by its scales, so that a panel, scales included, is one contiguous stream:
+// a second stream of scales beside the codes cost a one-token product 15–20 % of its read speed
+// (docs/performance.md). Within group g, byte j of row r's group bytes is at 64·(j / 4) + 4·r +
+// j % 4, and scale k (of the group's 4 blocks) of row r at group_code_bytes + 2·(16·k + r). The
+// bytes themselves are the file's (Q8 signed codes, Q4 nibble pairs), so a row moves between
+// the layouts by whole words.
 
 inline constexpr std::int64_t kPanelRows = 16;
+inline constexpr std::int64_t kGroupBlocks = kRowAlign / kBlock;  ///< blocks per 128-column group
+/// Bytes of a group's codes (Q8 2048, Q4 1024) and scales (128), and of the whole group.
+constexpr std::int64_t group_code_bytes(DType t) { return kPanelRows * row_bytes(t, kRowAlign); }
+inline constexpr std::int64_t kGroupScaleBytes = kPanelRows * kGroupBlocks * 2;
+constexpr std::int64_t group_bytes(DType t) { return group_code_bytes(t) + kGroupScaleBytes; }
+static_assert(group_bytes(DType::Q8) % 64 == 0 && group_bytes(DType::Q4) % 64 == 0, "groups keep panels line-aligned");
 
 constexpr std::int64_t panel_count(std::int64_t rows) { return (rows + kPanelRows - 1) / kPanelRows; }
-/// Bytes of codes and number of scales per panel.
-constexpr std::int64_t panel_bytes(DType t, std::int64_t cols) { return kPanelRows * row_bytes(t, cols); }
-constexpr std::int64_t panel_scale_count(std::int64_t cols) { return kPanelRows * blocks_per_row(cols); }
+/// Bytes per panel, codes and scales.
+constexpr std::int64_t panel_bytes(DType t, std::int64_t cols) { return padded_cols(cols) / kRowAlign * group_bytes(t); }
+/// Where in a panel block b's 8 words of 16 rows start (Q4: 512 bytes whose low nibbles, for
+/// b % 4 < 2, or high nibbles are the block), and where its 16 scales start.
+constexpr std::int64_t block_codes_offset(DType t, std::int64_t b) {
+    return b / kGroupBlocks * group_bytes(t) + (t == DType::Q4 ? b % 2 : b % kGroupBlocks) * 512;
+}
+constexpr std::int64_t block_scales_offset(DType t, std::int64_t b) {
+    return b / kGroupBlocks * group_bytes(t) + group_code_bytes(t) + b % kGroupBlocks * 2 * kPanelRows;
+}
+/// The stream bytes per block (Q8 544, Q4 288): what a kernel prefetches per block.
+constexpr std::int64_t block_stream_bytes(DType t) { return group_bytes(t) / kGroupBlocks; }
+/// Where in a panel byte j of row r's codes (row_bytes layout) is.
+constexpr std::int64_t panel_code_offset(DType t, std::int64_t j, std::int64_t r) {
+    const std::int64_t gb = row_bytes(t, kRowAlign), jj = j % gb;
+    return j / gb * group_bytes(t) + 64 * (jj / 4) + 4 * r + jj % 4;
+}
 
 /// Writes a row in the file layout (codes, scales) as row r of a panel.
-inline void row_to_panel(DType t, const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, std::int64_t r,
-                         std::byte* panel, std::uint16_t* panel_scales) {
+inline void row_to_panel(DType t, const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, std::int64_t r, std::byte* panel) {
     const std::int64_t words = row_bytes(t, cols) / 4, nb = blocks_per_row(cols);
-    for (std::int64_t w = 0; w < words; ++w) std::memcpy(panel + 64 * w + 4 * r, codes + 4 * w, 4);
-    for (std::int64_t b = 0; b < nb; ++b) panel_scales[kPanelRows * b + r] = scales[b];
+    for (std::int64_t w = 0; w < words; ++w) std::memcpy(panel + panel_code_offset(t, 4 * w, r), codes + 4 * w, 4);
+    for (std::int64_t b = 0; b < nb; ++b) std::memcpy(panel + block_scales_offset(t, b) + 2 * r, scales + b, 2);
 }
 
 /// Row r of a panel in the file layout.
-inline void panel_to_row(DType t, const std::byte* panel, const std::uint16_t* panel_scales, std::int64_t cols, std::int64_t r,
-                         std::byte* codes, std::uint16_t* scales) {
+inline void panel_to_row(DType t, const std::byte* panel, std::int64_t cols, std::int64_t r, std::byte* codes, std::uint16_t* scales) {
     const std::int64_t words = row_bytes(t, cols) / 4, nb = blocks_per_row(cols);
-    for (std::int64_t w = 0; w < words; ++w) std::memcpy(codes + 4 * w, panel + 64 * w + 4 * r, 4);
-    for (std::int64_t b = 0; b < nb; ++b) scales[b] = panel_scales[kPanelRows * b + r];
+    for (std::int64_t w = 0; w < words; ++w) std::memcpy(codes + 4 * w, panel + panel_code_offset(t, 4 * w, r), 4);
+    for (std::int64_t b = 0; b < nb; ++b) std::memcpy(scales + b, panel + block_scales_offset(t, b) + 2 * r, 2);
 }
 
 /// Makes every row of a panel zero: code 0 (Q4: nibble 8) and scale 0. Padding rows stay so.
-inline void clear_panel(DType t, std::int64_t cols, std::byte* panel, std::uint16_t* panel_scales) {
-    std::memset(panel, t == DType::Q4 ? 0x88 : 0, static_cast<std::size_t>(panel_bytes(t, cols)));
-    std::memset(panel_scales, 0, static_cast<std::size_t>(panel_scale_count(cols) * 2));
+inline void clear_panel(DType t, std::int64_t cols, std::byte* panel) {
+    for (std::int64_t g = 0; g < padded_cols(cols) / kRowAlign; ++g) {
+        std::byte* group = panel + g * group_bytes(t);
+        std::memset(group, t == DType::Q4 ? 0x88 : 0, static_cast<std::size_t>(group_code_bytes(t)));
+        std::memset(group + group_code_bytes(t), 0, static_cast<std::size_t>(kGroupScaleBytes));
+    }
+}
+
+/// Scale of block b of row r of a panel (f16 bits).
+inline std::uint16_t panel_scale(DType t, const std::byte* panel, std::int64_t r, std::int64_t b) {
+    std::uint16_t s;
+    std::memcpy(&s, panel + block_scales_offset(t, b) + 2 * r, 2);
+    return s;
 }
 
 /// Element i of row r of a panel as float.
-inline float panel_value_at(DType t, const std::byte* panel, const std::uint16_t* panel_scales, std::int64_t r, std::int64_t i) {
-    const std::int64_t j = code_byte(t, i);
-    const int code = code_in_byte(t, panel[64 * (j / 4) + 4 * r + j % 4], i);
-    return static_cast<float>(code) * f16_to_float(panel_scales[kPanelRows * (i / kBlock) + r]);
+inline float panel_value_at(DType t, const std::byte* panel, std::int64_t r, std::int64_t i) {
+    const int code = code_in_byte(t, panel[panel_code_offset(t, code_byte(t, i), r)], i);
+    return static_cast<float>(code) * f16_to_float(panel_scale(t, panel, r, i / kBlock));
 }
 
 }  // namespace quant

@@ -25,8 +25,9 @@ struct WeightView {
     std::vector<std::int64_t> shape;
     const std::byte* data = nullptr;
     std::size_t size_bytes = 0;
-    /// Q8/Q4 only: one f16 scale per 32-element block. `data` holds the codes (tensor/quant.hpp):
-    /// in memory as panels of 16 rows (what the kernels read), or rows as in a file.
+    /// Q8/Q4 only: one f16 scale per 32-element block (tensor/quant.hpp). In memory as panels of
+    /// 16 rows (what the kernels read), `data` holds codes and scales together and `scales` is
+    /// null; as rows of a file, `data` holds the codes and `scales` the scales.
     const std::byte* scales = nullptr;
     enum class Layout : std::uint8_t { Panels, Rows };
     Layout layout = Layout::Panels;
@@ -49,19 +50,15 @@ struct WeightView {
     /// The dtype whose rounding the values carry: `origin` for quantized views, else `dtype`.
     DType value_dtype() const { return quantized() ? origin : dtype; }
 
-    /// Bytes of the scales of a quantized view (0 for others).
+    /// Bytes of the scales held apart from `data`: a quantized view in the Rows layout (0 for
+    /// others; panels hold their scales in `data`).
     std::size_t scale_bytes() const {
-        if (!quantized()) return 0;
-        const std::int64_t n = layout == Layout::Rows ? rows() * quant::blocks_per_row(cols())
-                                                      : quant::panel_count(rows()) * quant::panel_scale_count(cols());
-        return static_cast<std::size_t>(2 * n);
+        if (!quantized() || layout == Layout::Panels) return 0;
+        return static_cast<std::size_t>(2 * rows() * quant::blocks_per_row(cols()));
     }
 
-    /// Panel p of a quantized view in the Panels layout: codes and scales.
-    const std::byte* panel_codes(std::int64_t p) const { return data + p * quant::panel_bytes(dtype, cols()); }
-    const std::uint16_t* panel_scales(std::int64_t p) const {
-        return reinterpret_cast<const std::uint16_t*>(scales) + p * quant::panel_scale_count(cols());
-    }
+    /// Panel p of a quantized view in the Panels layout (codes and scales).
+    const std::byte* panel(std::int64_t p) const { return data + p * quant::panel_bytes(dtype, cols()); }
 
     /// Row r of a quantized view in the file layout: row_bytes(dtype, cols) codes and
     /// blocks_per_row(cols) scales.
@@ -73,7 +70,7 @@ struct WeightView {
             return;
         }
         const std::int64_t p = r / quant::kPanelRows;
-        quant::panel_to_row(dtype, panel_codes(p), panel_scales(p), c, r % quant::kPanelRows, codes, row_scales);
+        quant::panel_to_row(dtype, panel(p), c, r % quant::kPanelRows, codes, row_scales);
     }
 
     /// Element i (row-major), converted to T. For small tensors and reference code.
@@ -86,7 +83,7 @@ struct WeightView {
                 return static_cast<T>(quant::dequantize_at(dtype, data + r * quant::row_bytes(dtype, c), s, i % c));
             }
             const std::int64_t p = r / quant::kPanelRows;
-            return static_cast<T>(quant::panel_value_at(dtype, panel_codes(p), panel_scales(p), r % quant::kPanelRows, i % c));
+            return static_cast<T>(quant::panel_value_at(dtype, panel(p), r % quant::kPanelRows, i % c));
         }
         return load_element<T>(data, dtype, static_cast<std::size_t>(i));
     }

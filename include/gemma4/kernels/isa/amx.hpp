@@ -81,9 +81,9 @@ struct PanelAmx {
     template <bool Q4>
     static const std::byte* block_source(const std::byte* panel, std::int64_t b, std::int8_t* scratch) {
         if constexpr (!Q4) {
-            return panel + b * 512;
+            return panel + quant::block_codes_offset(DType::Q8, b);
         } else {
-            const std::byte* base = panel + (b / 4) * 1024 + (b % 2) * 512;
+            const std::byte* base = panel + quant::block_codes_offset(DType::Q4, b);
             const bool high = b % 4 >= 2;
             const __m512i low4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
             for (int s = 0; s < 8; ++s) {
@@ -153,10 +153,11 @@ struct PanelAmx {
 
     /// acc[t] += float(sum[t]) · (w_scale · x_scale[t]) for block b: the VNNI pass's float
     /// sequence exactly.
-    template <int N>
-    static void scale_add(const std::int32_t* sums, const std::uint16_t* scales, const float* xs, std::int64_t xs_stride,
-                          std::int64_t b, __m512* acc) {
-        const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + P * b)));
+    template <bool Q4, int N>
+    static void scale_add(const std::int32_t* sums, const std::byte* panel, const float* xs, std::int64_t xs_stride, std::int64_t b,
+                          __m512* acc) {
+        const std::byte* scales = panel + quant::block_scales_offset(Q4 ? DType::Q4 : DType::Q8, b);
+        const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
 #pragma GCC unroll 16
         for (int t = 0; t < N; ++t)
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + P * t)),
@@ -167,9 +168,9 @@ struct PanelAmx {
     /// PanelVnni::pass. Blocks go in pairs: pair i is multiplied in tile set i % 2 while pair
     /// i − 1 is scaled and added.
     template <bool Q4, int N>
-    static void pass(const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int8_t* acts,
-                     const float* xs, std::int64_t xs_stride, std::int64_t ahead, float* const y[N], __mmask16 mask) {
-        constexpr std::int64_t block_bytes = Q4 ? 256 : 512;
+    static void pass(const std::byte* panel, std::int64_t blocks, const std::int8_t* acts, const float* xs, std::int64_t xs_stride,
+                     std::int64_t ahead, float* const y[N], __mmask16 mask) {
+        constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
         alignas(64) std::int32_t sums[2][2][G * P];
         alignas(64) std::int8_t scratch[2][2][512];
         __m512 acc[N];
@@ -177,31 +178,27 @@ struct PanelAmx {
         for (std::int64_t b = 0; b <= blocks; b += 2) {
             if (b < blocks) {
                 if (ahead) {
-                    const char* f = reinterpret_cast<const char*>(panel) + b * block_bytes + ahead;
-                    for (std::int64_t l = 0; l < 2 * block_bytes; l += 64) {
-                        _mm_prefetch(f + l, _MM_HINT_T0);
-                        _mm_prefetch(f + avx512::PanelVnni::kAheadL2 + l, _MM_HINT_T1);
-                    }
-                    _mm_prefetch(reinterpret_cast<const char*>(scales + P * (b + ahead / block_bytes)), _MM_HINT_T0);
+                    prefetch_block<kType, true>(panel, b, ahead);  // tiles take kMinTokens or more
+                    prefetch_block<kType, true>(panel, b + 1, ahead);
                 }
                 if (b / 2 % 2 == 0) block_pair<Q4, false>(panel, b, acts, scratch[0], sums[0]);
                 else block_pair<Q4, true>(panel, b, acts, scratch[1], sums[1]);
             }
             if (b >= 2) {
                 const int set = static_cast<int>((b - 2) / 2 % 2);
-                scale_add<N>(sums[set][0], scales, xs, xs_stride, b - 2, acc);
-                scale_add<N>(sums[set][1], scales, xs, xs_stride, b - 1, acc);
+                scale_add<Q4, N>(sums[set][0], panel, xs, xs_stride, b - 2, acc);
+                scale_add<Q4, N>(sums[set][1], panel, xs, xs_stride, b - 1, acc);
             }
         }
         for (int t = 0; t < N; ++t) _mm512_mask_storeu_ps(y[t], mask, acc[t]);
     }
 
     template <bool Q4, int N = G>
-    static void dispatch(int n, const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int8_t* acts,
-                         const float* xs, std::int64_t xs_stride, std::int64_t ahead, float* const* y, __mmask16 mask) {
+    static void dispatch(int n, const std::byte* panel, std::int64_t blocks, const std::int8_t* acts, const float* xs,
+                         std::int64_t xs_stride, std::int64_t ahead, float* const* y, __mmask16 mask) {
         if constexpr (N > kMinTokens)
-            if (n < N) return dispatch<Q4, N - 1>(n, panel, scales, blocks, acts, xs, xs_stride, ahead, y, mask);
-        pass<Q4, N>(panel, scales, blocks, acts, xs, xs_stride, ahead, y, mask);
+            if (n < N) return dispatch<Q4, N - 1>(n, panel, blocks, acts, xs, xs_stride, ahead, y, mask);
+        pass<Q4, N>(panel, blocks, acts, xs, xs_stride, ahead, y, mask);
     }
 };
 
@@ -224,12 +221,12 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
             const std::int64_t pf = t0 == 0 ? ahead : 0;
             if (t0 < vnni_from) {
                 const std::int8_t* acts = tiles.data() + t0 * a.blocks * quant::kBlock;
-                if (q4) PanelAmx::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
-                else PanelAmx::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
+                if (q4) PanelAmx::dispatch<true>(n, w.panel(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
+                else PanelAmx::dispatch<false>(n, w.panel(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
             } else if (q4) {
-                PanelVnni::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(t0), pf, yt, mask);
+                PanelVnni::dispatch<true>(n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
             } else {
-                PanelVnni::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(t0), pf, yt, mask);
+                PanelVnni::dispatch<false>(n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
             }
         }
     }

@@ -7,6 +7,7 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/kernels/attention_rows.hpp>
+#include <gemma4/kernels/isa/prefetch.hpp>
 #include <gemma4/kernels/quant_acts.hpp>
 #include <gemma4/kernels/rows.hpp>
 #include <gemma4/kernels/target.hpp>

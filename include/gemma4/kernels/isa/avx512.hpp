@@ -6,6 +6,7 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/kernels/attention_rows.hpp>
+#include <gemma4/kernels/isa/prefetch.hpp>
 #include <gemma4/kernels/quant_acts.hpp>
 #include <gemma4/kernels/rows.hpp>
 #include <gemma4/kernels/target.hpp>
@@ -39,31 +40,22 @@ struct PanelVnni {
 
     static constexpr int P = static_cast<int>(quant::kPanelRows);  ///< rows per panel: the 16 int32 lanes of a zmm
     static constexpr int G = static_cast<int>(kGroupTokens);  ///< tokens per pass: 16 float accumulators in registers
-    static constexpr std::int64_t kAheadL2 = 8192;  ///< bytes of the weight stream prefetched into L2
 
     /// The N tokens of one group over one panel: y[t][0 … 16) for the panel's rows (mask).
-    /// Prefetches the weight stream `ahead` bytes in front (0: the panel is already cached).
+    /// Prefetches the panel's stream `ahead` bytes in front (0: the panel is already cached).
     template <bool Q4, int N>
-    static void pass(const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int32_t* act,
-                     std::int64_t ahead, float* const y[N], __mmask16 mask) {
-        constexpr std::int64_t block_bytes = Q4 ? 256 : 512;  // 16 rows × 32 codes
+    static void pass(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead, float* const y[N],
+                     __mmask16 mask) {
+        constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
         const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80)), low4 = _mm512_set1_epi8(0x0f);
         __m512 acc[N];
         for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
         for (std::int64_t b = 0; b < blocks; ++b) {
-            if (ahead) {
-                const char* f = reinterpret_cast<const char*>(panel) + b * block_bytes + ahead;
-#pragma GCC unroll 8
-                for (std::int64_t l = 0; l < block_bytes; l += 64) {
-                    _mm_prefetch(f + l, _MM_HINT_T0);
-                    _mm_prefetch(f + kAheadL2 + l, _MM_HINT_T1);
-                }
-                if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + P * (b + ahead / block_bytes)), _MM_HINT_T0);
-            }
+            if (ahead) prefetch_block<kType, prefetch_to_l2(kType, N)>(panel, b, ahead);
             __m512i wv[8];
+            const std::byte* base = panel + quant::block_codes_offset(kType, b);
             if constexpr (Q4) {
-                // block k of a 128-column group: low (k < 2) or high nibbles of words (k % 2)·8 …
-                const std::byte* base = panel + (b / 4) * 1024 + (b % 2) * 512;
+                // the low (b % 4 < 2) or high nibbles of 512 bytes of the group
                 const bool high = b % 4 >= 2;
 #pragma GCC unroll 8
                 for (int s = 0; s < 8; ++s) {
@@ -71,11 +63,10 @@ struct PanelVnni {
                     wv[s] = _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, low4);
                 }
             } else {
-                const std::byte* base = panel + b * 512;
 #pragma GCC unroll 8
                 for (int s = 0; s < 8; ++s) wv[s] = _mm512_xor_si512(_mm512_loadu_si512(base + 64 * s), flip);
             }
-            const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + P * b)));
+            const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + quant::block_scales_offset(kType, b))));
             const std::int32_t* words = act + b * 10 * N;
             const auto* xs = reinterpret_cast<const float*>(words + 8 * N);
             const std::int32_t* start = words + 9 * N;
@@ -104,11 +95,11 @@ struct PanelVnni {
     }
 
     template <bool Q4, int N = G>
-    static void dispatch(int n, const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int32_t* act,
-                         std::int64_t ahead, float* const* y, __mmask16 mask) {
+    static void dispatch(int n, const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead,
+                         float* const* y, __mmask16 mask) {
         if constexpr (N > 1)
-            if (n < N) return dispatch<Q4, N - 1>(n, panel, scales, blocks, act, ahead, y, mask);
-        pass<Q4, N>(panel, scales, blocks, act, ahead, y, mask);
+            if (n < N) return dispatch<Q4, N - 1>(n, panel, blocks, act, ahead, y, mask);
+        pass<Q4, N>(panel, blocks, act, ahead, y, mask);
     }
 };
 
@@ -143,8 +134,7 @@ inline void quantize_row(const float* x, std::int64_t cols, std::int64_t blocks,
 inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
     constexpr int P = PanelVnni::P, G = PanelVnni::G;
     const bool q4 = w.dtype == DType::Q4;
-    // Prefetch distance into L1 (the stream also goes to L2 kAheadL2 bytes ahead): longer when
-    // few tokens make the pass fast.
+    // Prefetch distance into L1 (prefetch_block): longer when few tokens make the pass fast.
     const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;
     float* yt[G];
     for (std::int64_t p = p0; p < p1; ++p) {
@@ -154,8 +144,8 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
             const int n = static_cast<int>(std::min<std::int64_t>(G, a.tokens - t0));
             for (int t = 0; t < n; ++t) yt[t] = y.row(t0 + t) + n0;
             const std::int64_t pf = t0 == 0 ? ahead : 0;
-            if (q4) PanelVnni::dispatch<true>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(t0), pf, yt, mask);
-            else PanelVnni::dispatch<false>(n, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(t0), pf, yt, mask);
+            if (q4) PanelVnni::dispatch<true>(n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
+            else PanelVnni::dispatch<false>(n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
         }
     }
 }

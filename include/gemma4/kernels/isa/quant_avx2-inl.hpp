@@ -19,7 +19,6 @@
 struct PanelAvx2 {
     static constexpr int P = static_cast<int>(quant::kPanelRows);
     static constexpr int kTokens = 4;  ///< tokens per pass: 2 halves × 4 accumulators + 4 block sums in 16 registers
-    static constexpr std::int64_t kAheadL2 = 8192;
 
     /// The offset that makes a weight code unsigned for this kernel (GroupActs).
     static constexpr int offset(DType t) { return t == DType::Q4 ? quant::kQ4Offset : kAvxVnni ? 128 : 0; }
@@ -39,36 +38,28 @@ struct PanelAvx2 {
     /// Word s (of 8) of block b, half h (rows 8h … 8h + 7), as the kernel's weight operand.
     template <bool Q4>
     static __m256i weight(const std::byte* panel, std::int64_t b, int s, int h) {
+        const std::byte* base = panel + quant::block_codes_offset(Q4 ? DType::Q4 : DType::Q8, b);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 64 * s + 32 * h));
         if constexpr (Q4) {
-            // block k of a 128-column group: low (k < 2) or high nibbles of words (k % 2)·8 …
-            const std::byte* base = panel + (b / 4) * 1024 + (b % 2) * 512;
-            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 64 * s + 32 * h));
+            // the low (b % 4 < 2) or high nibbles of 512 bytes of the group
             return _mm256_and_si256(b % 4 >= 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
         } else {
-            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + b * 512 + 64 * s + 32 * h));
             return kAvxVnni ? _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))) : v;
         }
     }
 
     /// Tokens i … i + N − 1 of a group of n (activations `act`, GroupActs) over one panel:
-    /// y[t][0 … rows). Prefetches the weight stream `ahead` bytes in front (0: already cached).
+    /// y[t][0 … rows). Prefetches the panel's stream `ahead` bytes in front (0: already cached).
     template <bool Q4, int N>
-    static void pass(const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int32_t* act, int n,
-                     int i, std::int64_t ahead, float* const y[N], int rows) {
-        constexpr std::int64_t block_bytes = Q4 ? 256 : 512;
+    static void pass(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, int n, int i, std::int64_t ahead,
+                     float* const y[N], int rows) {
+        constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
         __m256 acc[2][N];
         for (auto& half : acc)
             for (auto& a : half) a = _mm256_setzero_ps();
         for (std::int64_t b = 0; b < blocks; ++b) {
-            if (ahead) {
-                const char* f = reinterpret_cast<const char*>(panel) + b * block_bytes + ahead;
-#pragma GCC unroll 8
-                for (std::int64_t l = 0; l < block_bytes; l += 64) {
-                    _mm_prefetch(f + l, _MM_HINT_T0);
-                    _mm_prefetch(f + kAheadL2 + l, _MM_HINT_T1);
-                }
-                if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + P * (b + ahead / block_bytes)), _MM_HINT_T0);
-            }
+            if (ahead) prefetch_block<kType, prefetch_to_l2(kType, N)>(panel, b, ahead);
+            const auto* scales = reinterpret_cast<const std::uint16_t*>(panel + quant::block_scales_offset(kType, b));
             const std::int32_t* words = act + b * 10 * n + i;
             const auto* xs = reinterpret_cast<const float*>(words + 8 * n);
             const std::int32_t* start = words + 9 * n;
@@ -84,7 +75,7 @@ struct PanelAvx2 {
 #pragma GCC unroll 4
                     for (int t = 0; t < N; ++t) isum[t] = dot(isum[t], w, w_abs, _mm256_set1_epi32(words[s * n + t]), Q4);
                 }
-                const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + P * b + 8 * h)));
+                const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 8 * h)));
 #pragma GCC unroll 4
                 for (int t = 0; t < N; ++t)
                     acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(ws, _mm256_set1_ps(xs[t])), acc[h][t]);
@@ -104,13 +95,13 @@ struct PanelAvx2 {
     }
 
     template <bool Q4>
-    static void dispatch(int count, const std::byte* panel, const std::uint16_t* scales, std::int64_t blocks, const std::int32_t* act,
-                         int n, int i, std::int64_t ahead, float* const* y, int rows) {
+    static void dispatch(int count, const std::byte* panel, std::int64_t blocks, const std::int32_t* act, int n, int i,
+                         std::int64_t ahead, float* const* y, int rows) {
         switch (count) {
-            case 1: return pass<Q4, 1>(panel, scales, blocks, act, n, i, ahead, y, rows);
-            case 2: return pass<Q4, 2>(panel, scales, blocks, act, n, i, ahead, y, rows);
-            case 3: return pass<Q4, 3>(panel, scales, blocks, act, n, i, ahead, y, rows);
-            default: return pass<Q4, 4>(panel, scales, blocks, act, n, i, ahead, y, rows);
+            case 1: return pass<Q4, 1>(panel, blocks, act, n, i, ahead, y, rows);
+            case 2: return pass<Q4, 2>(panel, blocks, act, n, i, ahead, y, rows);
+            case 3: return pass<Q4, 3>(panel, blocks, act, n, i, ahead, y, rows);
+            default: return pass<Q4, 4>(panel, blocks, act, n, i, ahead, y, rows);
         }
     }
 };
@@ -131,8 +122,8 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
                 const int count = std::min(PanelAvx2::kTokens, n - i);
                 for (int t = 0; t < count; ++t) yt[t] = y.row(g0 + i + t) + n0;
                 const std::int64_t pf = g0 == 0 && i == 0 ? ahead : 0;
-                if (q4) PanelAvx2::dispatch<true>(count, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
-                else PanelAvx2::dispatch<false>(count, w.panel_codes(p), w.panel_scales(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
+                if (q4) PanelAvx2::dispatch<true>(count, w.panel(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
+                else PanelAvx2::dispatch<false>(count, w.panel(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
             }
         }
     }
