@@ -14,6 +14,14 @@
 
 namespace gemma4::inline GEMMA4_ABI::detail {
 
+/// Bytes past the L1 prefetch that the L2 prefetch reaches.
+inline constexpr std::int64_t kAheadL2 = 8192;
+
+/// Whether a pass prefetches into L2 too. Measured on a 2-thread AMD Zen 5 (docs/performance.md):
+/// without it the one-token Q8 pass (the least work per byte) read about 20 % faster, while the
+/// Q4 pass, whose codes are unpacked, and a 16-token pass read slower.
+constexpr bool prefetch_to_l2(DType t, int tokens) { return t == DType::Q4 || tokens > 1; }
+
 /// Prefetches block b's share of a panel's stream (codes and scales, tensor/quant.hpp) into L1,
 /// `ahead` bytes in front of it, and with `ToL2` also into L2 kAheadL2 bytes further. Two
 /// blocks' shares are whole lines (Q8 17, Q4 9): the even block takes the first half rounded up
@@ -21,14 +29,6 @@ namespace gemma4::inline GEMMA4_ABI::detail {
 /// Always inlined: GCC takes a function that only prefetches for one without effects and drops
 /// the calls to it that it has not inlined early (a pass compiled for another target is inlined
 /// late).
-inline constexpr std::int64_t kAheadL2 = 8192;
-
-/// Whether a pass prefetches into L2 too. Measured on a 2-thread AMD Zen 5 (docs/performance.md):
-/// without it the one-token Q8 pass (the least work per byte) read about 20 % faster, while the
-/// Q4 pass, whose codes are unpacked, read slower; more tokens keep it, as measured before the
-/// scales joined the stream.
-constexpr bool prefetch_to_l2(DType t, int tokens) { return t == DType::Q4 || tokens > 1; }
-
 template <DType T, bool ToL2>
 [[gnu::always_inline]] inline void prefetch_block(const std::byte* panel, std::int64_t b, std::int64_t ahead) {
     constexpr std::int64_t pair_bytes = 2 * quant::block_stream_bytes(T), pair_lines = pair_bytes / 64, first = (pair_lines + 1) / 2;
