@@ -82,7 +82,7 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
                     for (std::int64_t b = 0; b < nb; ++b)
                         for (std::int64_t r = 0; r < quant::kPanelRows; ++r) {
                             const std::uint16_t s = q * quant::kPanelRows + r < rows ? scale : std::uint16_t{0};
-                            std::memcpy(p + q * pb + quant::block_scales_offset(dtype, b) + 2 * r, &s, 2);
+                            std::memcpy(p + q * pb + quant::panel_scale_offset(dtype, b, r), &s, 2);
                         }
             }, 64);
             v.data = p;

@@ -204,6 +204,8 @@ constexpr std::int64_t block_codes_offset(DType t, std::int64_t b) {
 constexpr std::int64_t block_scales_offset(DType t, std::int64_t b) {
     return b / kGroupBlocks * group_bytes(t) + group_code_bytes(t) + b % kGroupBlocks * 2 * kPanelRows;
 }
+/// Where in a panel scale b of row r (f16 bits) is.
+constexpr std::int64_t panel_scale_offset(DType t, std::int64_t b, std::int64_t r) { return block_scales_offset(t, b) + 2 * r; }
 /// The stream bytes per block (Q8 544, Q4 288): what a kernel prefetches per block.
 constexpr std::int64_t block_stream_bytes(DType t) { return group_bytes(t) / kGroupBlocks; }
 /// Where in a panel byte j of row r's codes (row_bytes layout) is.
@@ -216,14 +218,14 @@ constexpr std::int64_t panel_code_offset(DType t, std::int64_t j, std::int64_t r
 inline void row_to_panel(DType t, const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, std::int64_t r, std::byte* panel) {
     const std::int64_t words = row_bytes(t, cols) / 4, nb = blocks_per_row(cols);
     for (std::int64_t w = 0; w < words; ++w) std::memcpy(panel + panel_code_offset(t, 4 * w, r), codes + 4 * w, 4);
-    for (std::int64_t b = 0; b < nb; ++b) std::memcpy(panel + block_scales_offset(t, b) + 2 * r, scales + b, 2);
+    for (std::int64_t b = 0; b < nb; ++b) std::memcpy(panel + panel_scale_offset(t, b, r), scales + b, 2);
 }
 
 /// Row r of a panel in the file layout.
 inline void panel_to_row(DType t, const std::byte* panel, std::int64_t cols, std::int64_t r, std::byte* codes, std::uint16_t* scales) {
     const std::int64_t words = row_bytes(t, cols) / 4, nb = blocks_per_row(cols);
     for (std::int64_t w = 0; w < words; ++w) std::memcpy(codes + 4 * w, panel + panel_code_offset(t, 4 * w, r), 4);
-    for (std::int64_t b = 0; b < nb; ++b) std::memcpy(scales + b, panel + block_scales_offset(t, b) + 2 * r, 2);
+    for (std::int64_t b = 0; b < nb; ++b) std::memcpy(scales + b, panel + panel_scale_offset(t, b, r), 2);
 }
 
 /// Makes every row of a panel zero: code 0 (Q4: nibble 8) and scale 0. Padding rows stay so.
@@ -238,7 +240,7 @@ inline void clear_panel(DType t, std::int64_t cols, std::byte* panel) {
 /// Scale of block b of row r of a panel (f16 bits).
 inline std::uint16_t panel_scale(DType t, const std::byte* panel, std::int64_t r, std::int64_t b) {
     std::uint16_t s;
-    std::memcpy(&s, panel + block_scales_offset(t, b) + 2 * r, 2);
+    std::memcpy(&s, panel + panel_scale_offset(t, b, r), 2);
     return s;
 }
 

@@ -178,8 +178,8 @@ struct PanelAmx {
         for (std::int64_t b = 0; b <= blocks; b += 2) {
             if (b < blocks) {
                 if (ahead) {
-                    prefetch_block<kType, true>(panel, b, ahead);  // tiles take kMinTokens or more
-                    prefetch_block<kType, true>(panel, b + 1, ahead);
+                    prefetch_block<kType, prefetch_to_l2(kType, N)>(panel, b, ahead);
+                    prefetch_block<kType, prefetch_to_l2(kType, N)>(panel, b + 1, ahead);
                 }
                 if (b / 2 % 2 == 0) block_pair<Q4, false>(panel, b, acts, scratch[0], sums[0]);
                 else block_pair<Q4, true>(panel, b, acts, scratch[1], sums[1]);
