@@ -181,36 +181,55 @@ auto at_active_level(F&& f) {
     return f(level::Baseline{});
 }
 
-/// Best of several multi-threaded passes of summing a buffer far larger than the caches, bytes/s.
-/// The buffer is page-aligned, as the weights are (model/owned_buffers.hpp, mmap): a vector load
-/// that straddles two cache lines reads at about two thirds of the speed on some CPUs (a 2-thread
-/// AMD Zen 5 streams 55 GB/s aligned, 35 GB/s misaligned), and would make the probe understate
-/// what the kernels can reach.
-inline double read_bandwidth(ThreadPool& pool, std::size_t bytes) {
-    const std::size_t n = bytes / 64 * 8;  // whole 64-byte lines
+/// Streaming read bandwidth: multi-threaded passes of summing a buffer far larger than the
+/// caches. The buffer is written once, at construction, and is page-aligned, as the weights are
+/// (model/owned_buffers.hpp, mmap): a vector load that straddles two cache lines reads at about
+/// two thirds of the speed on some CPUs (a 2-thread AMD Zen 5 streams 55 GB/s aligned, 35 GB/s
+/// misaligned), and would make the probe understate what the kernels can reach.
+class ReadProbe {
+public:
+    ReadProbe(ThreadPool& pool, std::size_t bytes)
+        : pool_(pool), words_(bytes / 64 * 8),  // whole 64-byte lines
+          buf_(static_cast<std::uint64_t*>(::operator new[](words_ * sizeof(std::uint64_t), std::align_val_t{4096}))) {
+        pool.parallel_for(static_cast<std::int64_t>(words_), [&](std::int64_t a, std::int64_t b) {
+            for (std::int64_t i = a; i < b; ++i) buf_[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i);
+        }, 1 << 20);
+    }
+
+    std::size_t bytes() const { return words_ * 8; }
+
+    /// Seconds of one pass over the buffer.
+    double pass_seconds() {
+        return at_active_level([&](auto L) {
+            using Level = decltype(L);
+            const auto vectors = static_cast<std::int64_t>(words_ / Level::kWords);
+            const auto t0 = Clock::now();
+            pool_.parallel_for(vectors, [&](std::int64_t a, std::int64_t b) {
+                sink_[static_cast<std::size_t>(a % 64)] += Level::sum(buf_.get(), a, b);
+            }, 1 << 16);
+            return seconds_since(t0);
+        });
+    }
+
+    /// Bytes/s of the fastest of `passes` passes.
+    double best(int passes) {
+        double best_s = pass_seconds();
+        for (int i = 1; i < passes; ++i) best_s = std::min(best_s, pass_seconds());
+        return static_cast<double>(bytes()) / best_s;
+    }
+
+private:
     struct PageFree {
         void operator()(std::uint64_t* p) const { ::operator delete[](p, std::align_val_t{4096}); }
     };
-    std::unique_ptr<std::uint64_t[], PageFree> buf(
-        static_cast<std::uint64_t*>(::operator new[](n * sizeof(std::uint64_t), std::align_val_t{4096})));
-    pool.parallel_for(static_cast<std::int64_t>(n), [&](std::int64_t a, std::int64_t b) {
-        for (std::int64_t i = a; i < b; ++i) buf[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i);
-    }, 1 << 20);
-    return at_active_level([&](auto L) {
-        using Level = decltype(L);
-        double best = 0;
-        std::vector<std::uint64_t> sink(64);
-        const auto vectors = static_cast<std::int64_t>(n / Level::kWords);
-        for (int pass = 0; pass < 5; ++pass) {
-            const auto t0 = Clock::now();
-            pool.parallel_for(vectors, [&](std::int64_t a, std::int64_t b) {
-                sink[static_cast<std::size_t>(a % 64)] += Level::sum(buf.get(), a, b);
-            }, 1 << 16);
-            best = std::max(best, static_cast<double>(n * 8) / seconds_since(t0));
-        }
-        return best;
-    });
-}
+    ThreadPool& pool_;
+    std::size_t words_;
+    std::unique_ptr<std::uint64_t[], PageFree> buf_;
+    std::vector<std::uint64_t> sink_ = std::vector<std::uint64_t>(64);  // keeps the sums live
+};
+
+/// Best of five passes of a ReadProbe over `bytes`, bytes/s.
+inline double read_bandwidth(ThreadPool& pool, std::size_t bytes) { return ReadProbe(pool, bytes).best(5); }
 
 /// FP32 multiply-add throughput on all threads (2 flops per multiply-add).
 inline double fma_peak(ThreadPool& pool) {

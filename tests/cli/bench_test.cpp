@@ -68,12 +68,19 @@ TEST_CASE("bench: bytes read per step are labelled computed, and with --context 
     CHECK(plain["bytes_read_per_step_computed"] == plain["weight_bytes_per_step_computed"]);
     CHECK_FALSE(plain.contains("weight_bytes_per_token"));
     CHECK_FALSE(plain.contains("kv_bytes_read_per_step_computed"));
+    // The fraction against the probe's passes between the steps is the same rate over that bandwidth.
+    const double between = plain["read_bandwidth_between_steps_bytes_per_s"].get<double>();
+    CHECK(between > 0);
+    const double rate = plain["bytes_read_per_step_computed"].get<double>() * plain["decode_tokens_per_s"].get<double>();
+    CHECK(plain["decode_fraction_of_bandwidth_between_steps"].get<double>() == Approx(rate / between));
+    CHECK(plain["decode_bandwidth_fraction"].get<double>() == Approx(rate / plain["measured_read_bandwidth_bytes_per_s"].get<double>()));
 
     const auto text = run_cli("bench --config tiny --random-weights --bandwidth-mb 8 --threads 2 --prompt-tokens 12 --gen-tokens 4 "
                               "--weights int8 --context 64");
     REQUIRE(text.status == 0);
     CHECK(text.out.find("GB read per step (computed from the matrix sizes)") != std::string::npos);
     CHECK(text.out.find("KV read") != std::string::npos);
+    CHECK(text.out.find("read by the probe's passes between the decode steps") != std::string::npos);
 
     // The tiny config: 4 sliding layers (window 8) and 2 full ones; float K/V.
     const gemma4::Gemma4Config c = gemma4::tiny_config();

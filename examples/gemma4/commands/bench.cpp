@@ -28,7 +28,9 @@
 // read once per step whatever the batch) and, with --context, the K/V each sequence's query
 // reads (every layer's visible positions, the window on sliding layers, times the cache's bytes
 // per position). The bandwidth fraction compares their sum per second with the measured read
-// bandwidth.
+// bandwidth: the best of five probe passes before the run, and, paired with the steps, the mean
+// of one probe pass after each decode step (a shared machine's bandwidth moves by a factor of
+// two within minutes, so a probe taken once can be far from what the steps saw).
 // --model PATH: a checkpoint directory or GGUF file (a user's own, e.g. a Q4_0 file) measured
 // instead of random weights, at its own shapes, re-encoded at load as --weights asks.
 // --image-tokens N[,N...]: the vision embedder on images of N soft tokens, and its two dense
@@ -413,7 +415,8 @@ int run(cli::Args& args) {
 
     ThreadPool probe_pool(threads);
     say("measuring read bandwidth and peak FLOP/s on " + std::to_string(probe_pool.size()) + " threads ...");
-    const double bandwidth = probes::read_bandwidth(probe_pool, static_cast<std::size_t>(bw_mb) << 20);
+    probes::ReadProbe probe(probe_pool, static_cast<std::size_t>(bw_mb) << 20);
+    const double bandwidth = probe.best(5);
     const double peak_fma = probes::fma_peak(probe_pool);
     const double peak_int8 = probes::int8_peak(probe_pool);
     const double peak_amx = probes::amx_int8_peak(probe_pool);
@@ -482,6 +485,7 @@ int run(cli::Args& args) {
     std::vector<float> last_hidden;  // the first sequence's final-normed state after its prompt
     std::size_t kv_bytes = 0;
     double decode_s = 0, alone_s = 0;
+    double between_s = 0;  // the read probe's passes between decode steps
     unsigned pool_size = 0;
     const auto time_steps = [&](const auto& model) {
         pool_size = model.pool().size();
@@ -531,6 +535,7 @@ int run(cli::Args& args) {
                 model.forward(std::span<const SequenceChunk>(&step.back(), 1), cache, LogitsMode::Last);
                 alone_s += seconds_since(t0);
             }
+            between_s += probe.pass_seconds();
         }
     };
     time_steps(measured);
@@ -572,6 +577,7 @@ int run(cli::Args& args) {
     const double kv_read = context > 0 ? kv_read_bytes_per_step(c, cache, context, G, B) : 0.0;
     const double bytes_per_step = weight_bytes + kv_read;  // computed, not measured
     const double achieved = bytes_per_step * steps_per_s;
+    const double between_bandwidth = static_cast<double>(G) * static_cast<double>(probe.bytes()) / between_s;
     const std::size_t rss = peak_rss_bytes();
 
     const KernelChoice kernels = active_kernels();
@@ -588,6 +594,8 @@ int run(cli::Args& args) {
                      {"bytes_read_per_step_computed", bytes_per_step},
                      {"measured_read_bandwidth_bytes_per_s", bandwidth},
                      {"decode_bandwidth_fraction", achieved / bandwidth},
+                     {"read_bandwidth_between_steps_bytes_per_s", between_bandwidth},
+                     {"decode_fraction_of_bandwidth_between_steps", achieved / between_bandwidth},
                      {"prefill_flops_per_s", prefill_s > 0 ? prefill_flops / prefill_s : 0.0},
                      {"measured_peak_fma_flops_per_s", peak_fma},
                      {"measured_peak_int8_ops_per_s", peak_int8},
@@ -671,6 +679,8 @@ int run(cli::Args& args) {
                     "sliding layers, x %lld)\n", kv_read / 1e9, static_cast<long long>(context), static_cast<long long>(B));
     std::printf("read      %8.3f GB per step (computed), %.1f GB/s = %.0f%% of measured read bandwidth %.1f GB/s\n", bytes_per_step / 1e9,
                 achieved / 1e9, 100 * achieved / bandwidth, bandwidth / 1e9);
+    std::printf("          = %.0f%% of the %.1f GB/s read by the probe's passes between the decode steps\n", 100 * achieved / between_bandwidth,
+                between_bandwidth / 1e9);
     std::printf("KV cache  %8.3f GB in use (%s), %.1f ms per decode step%s\n", static_cast<double>(kv_bytes) / 1e9, kv.c_str(),
                 1e3 * decode_s / static_cast<double>(G), context > 0 ? (" at context " + std::to_string(context)).c_str() : "");
     std::printf("peak RSS  %8.2f GB\n", static_cast<double>(rss) / 1e9);

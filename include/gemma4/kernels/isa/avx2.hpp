@@ -16,6 +16,7 @@
 #include <gemma4/tensor/weight_view.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
