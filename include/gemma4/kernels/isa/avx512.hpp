@@ -95,53 +95,42 @@ struct PanelVnni {
         for (int t = 0; t < N; ++t) _mm512_mask_storeu_ps(y[t], mask, acc[t]);
     }
 
-    /// pass<Q4, 1> taken a 128-column group (4 blocks) at a time. One token does 8 products per
-    /// 64 loaded bytes, so the loads and the unpacking weigh as much as the products: Q4 loads
-    /// its group's 1024 code bytes once for both nibbles (blocks k and k + 2 share them) instead
-    /// of once per block, and the four blocks' sums are four independent chains. The float
-    /// accumulation keeps block order, so the output has the same bits (streamed from memory on a
-    /// 2-thread AMD Zen 5: Q4 13–15 % and Q8 about 5 % faster; docs/performance.md).
-    template <bool Q4>
-    static void pass_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead, float* y,
-                               __mmask16 mask) {
-        constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
+    /// pass<true, 1> taken a 128-column group (4 blocks) at a time. One token does 8 products
+    /// per 64 loaded bytes, and Q4 reads each 64 bytes for two blocks (k and k + 2 hold their
+    /// codes as the low and high nibbles), so the loads and the unpacking weigh as much as the
+    /// products: here the group's 1024 code bytes are loaded once for both nibbles, and the four
+    /// blocks' sums are four independent chains. The float accumulation keeps block order, so
+    /// the output has the same bits. Streamed from memory on a 2-thread AMD Zen 5, 8–15 % faster
+    /// (docs/performance.md); Q8, which loads each byte once anyway, gained nothing in the model.
+    static void pass_q4_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead, float* y,
+                                  __mmask16 mask) {
         constexpr int B = static_cast<int>(quant::kGroupBlocks);
         static_assert(B == 4, "a group's code bytes hold blocks k and k + 2 as low and high nibbles");
-        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80)), low4 = _mm512_set1_epi8(0x0f);
+        const __m512i low4 = _mm512_set1_epi8(0x0f);
         // one token's record per block (GroupActs, n = 1): 8 words, the x scale, the start value
         const auto word = [&](std::int64_t b, int s) { return _mm512_set1_epi32(act[b * 10 + s]); };
         __m512 acc = _mm512_setzero_ps();
         for (std::int64_t b0 = 0; b0 < blocks; b0 += B) {  // blocks is a whole number of groups
             if (ahead) {
 #pragma GCC unroll 4
-                for (int k = 0; k < B; ++k) prefetch_block<kType, prefetch_to_l2(kType, 1)>(panel, b0 + k, ahead);
+                for (int k = 0; k < B; ++k) prefetch_block<DType::Q4, prefetch_to_l2(DType::Q4, 1)>(panel, b0 + k, ahead);
             }
             __m512i isum[B];
 #pragma GCC unroll 4
             for (int k = 0; k < B; ++k) isum[k] = _mm512_set1_epi32(act[(b0 + k) * 10 + 9]);
-            if constexpr (Q4) {
-                const std::byte* base = panel + quant::block_codes_offset(kType, b0);
+            const std::byte* base = panel + quant::block_codes_offset(DType::Q4, b0);
 #pragma GCC unroll 2
-                for (int k = 0; k < 2; ++k)  // blocks k (low nibbles) and k + 2 (high nibbles)
+            for (int k = 0; k < 2; ++k)  // blocks k (low nibbles) and k + 2 (high nibbles)
 #pragma GCC unroll 8
-                    for (int s = 0; s < 8; ++s) {
-                        const __m512i v = _mm512_loadu_si512(base + 512 * k + 64 * s);
-                        isum[k] = _mm512_dpbusd_epi32(isum[k], _mm512_and_si512(v, low4), word(b0 + k, s));
-                        isum[k + 2] = _mm512_dpbusd_epi32(isum[k + 2], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), word(b0 + k + 2, s));
-                    }
-            } else {
-#pragma GCC unroll 4
-                for (int k = 0; k < B; ++k) {
-                    const std::byte* base = panel + quant::block_codes_offset(kType, b0 + k);
-#pragma GCC unroll 8
-                    for (int s = 0; s < 8; ++s)
-                        isum[k] = _mm512_dpbusd_epi32(isum[k], _mm512_xor_si512(_mm512_loadu_si512(base + 64 * s), flip), word(b0 + k, s));
+                for (int s = 0; s < 8; ++s) {
+                    const __m512i v = _mm512_loadu_si512(base + 512 * k + 64 * s);
+                    isum[k] = _mm512_dpbusd_epi32(isum[k], _mm512_and_si512(v, low4), word(b0 + k, s));
+                    isum[k + 2] = _mm512_dpbusd_epi32(isum[k + 2], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), word(b0 + k + 2, s));
                 }
-            }
 #pragma GCC unroll 4
             for (int k = 0; k < B; ++k) {
                 const std::int64_t b = b0 + k;
-                const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + quant::block_scales_offset(kType, b))));
+                const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + quant::block_scales_offset(DType::Q4, b))));
                 const float xs = std::bit_cast<float>(act[b * 10 + 8]);
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k]), _mm512_mul_ps(ws, _mm512_set1_ps(xs)), acc);
             }
@@ -152,12 +141,10 @@ struct PanelVnni {
     template <bool Q4, int N = G>
     static void dispatch(int n, const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead,
                          float* const* y, __mmask16 mask) {
-        if constexpr (N > 1) {
+        if constexpr (N > 1)
             if (n < N) return dispatch<Q4, N - 1>(n, panel, blocks, act, ahead, y, mask);
-            pass<Q4, N>(panel, blocks, act, ahead, y, mask);
-        } else {
-            pass_one_token<Q4>(panel, blocks, act, ahead, y[0], mask);
-        }
+        if constexpr (Q4 && N == 1) pass_q4_one_token(panel, blocks, act, ahead, y[0], mask);
+        else pass<Q4, N>(panel, blocks, act, ahead, y, mask);
     }
 };
 

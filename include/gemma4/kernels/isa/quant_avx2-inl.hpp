@@ -84,12 +84,10 @@ struct PanelAvx2 {
         for (int t = 0; t < N; ++t) store(y[t], acc[0][t], acc[1][t], rows);
     }
 
-    /// pass<Q4, 1> taken a 128-column group (4 blocks) at a time, as the AVX-512 level's
-    /// pass_one_token (why there): Q4's group bytes loaded once for both nibbles (blocks k and
-    /// k + 2), four independent block sums, the float accumulation in block order (same bits).
-    template <bool Q4>
-    static void pass_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead, float* y, int rows) {
-        constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
+    /// pass<true, 1> taken a 128-column group (4 blocks) at a time, as the AVX-512 level's
+    /// pass_q4_one_token (why there): the group's bytes loaded once for both nibbles (blocks k
+    /// and k + 2), four independent block sums, the float accumulation in block order (same bits).
+    static void pass_q4_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead, float* y, int rows) {
         constexpr int B = static_cast<int>(quant::kGroupBlocks);
         static_assert(B == 4, "a group's code bytes hold blocks k and k + 2 as low and high nibbles");
         const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -99,37 +97,27 @@ struct PanelAvx2 {
         for (std::int64_t b0 = 0; b0 < blocks; b0 += B) {  // blocks is a whole number of groups
             if (ahead) {
 #pragma GCC unroll 4
-                for (int k = 0; k < B; ++k) prefetch_block<kType, prefetch_to_l2(kType, 1)>(panel, b0 + k, ahead);
+                for (int k = 0; k < B; ++k) prefetch_block<DType::Q4, prefetch_to_l2(DType::Q4, 1)>(panel, b0 + k, ahead);
             }
+            const std::byte* base = panel + quant::block_codes_offset(DType::Q4, b0);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
                 __m256i isum[B];
 #pragma GCC unroll 4
                 for (int k = 0; k < B; ++k) isum[k] = _mm256_set1_epi32(act[(b0 + k) * 10 + 9]);
-                if constexpr (Q4) {
-                    const std::byte* base = panel + quant::block_codes_offset(kType, b0);
 #pragma GCC unroll 2
-                    for (int k = 0; k < 2; ++k)  // blocks k (low nibbles) and k + 2 (high nibbles)
+                for (int k = 0; k < 2; ++k)  // blocks k (low nibbles) and k + 2 (high nibbles)
 #pragma GCC unroll 8
-                        for (int s = 0; s < 8; ++s) {
-                            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 512 * k + 64 * s + 32 * h));
-                            const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-                            isum[k] = dot(isum[k], lo, lo, word(b0 + k, s), true);
-                            isum[k + 2] = dot(isum[k + 2], hi, hi, word(b0 + k + 2, s), true);
-                        }
-                } else {
-#pragma GCC unroll 4
-                    for (int k = 0; k < B; ++k)
-#pragma GCC unroll 8
-                        for (int s = 0; s < 8; ++s) {
-                            const __m256i w = weight<false>(panel, b0 + k, s, h);
-                            isum[k] = dot(isum[k], w, kAvxVnni ? w : _mm256_abs_epi8(w), word(b0 + k, s), false);
-                        }
-                }
+                    for (int s = 0; s < 8; ++s) {
+                        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 512 * k + 64 * s + 32 * h));
+                        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                        isum[k] = dot(isum[k], lo, lo, word(b0 + k, s), true);
+                        isum[k + 2] = dot(isum[k + 2], hi, hi, word(b0 + k + 2, s), true);
+                    }
 #pragma GCC unroll 4
                 for (int k = 0; k < B; ++k) {
                     const std::int64_t b = b0 + k;
-                    const auto* scales = reinterpret_cast<const std::uint16_t*>(panel + quant::block_scales_offset(kType, b));
+                    const auto* scales = reinterpret_cast<const std::uint16_t*>(panel + quant::block_scales_offset(DType::Q4, b));
                     const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 8 * h)));
                     const float xs = std::bit_cast<float>(act[b * 10 + 8]);
                     acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_mul_ps(ws, _mm256_set1_ps(xs)), acc[h]);
@@ -157,7 +145,7 @@ struct PanelAvx2 {
                          std::int64_t ahead, float* const* y, int rows) {
         switch (count) {
             case 1:
-                if (n == 1) return pass_one_token<Q4>(panel, blocks, act, ahead, y[0], rows);
+                if (Q4 && n == 1) return pass_q4_one_token(panel, blocks, act, ahead, y[0], rows);
                 return pass<Q4, 1>(panel, blocks, act, n, i, ahead, y, rows);
             case 2: return pass<Q4, 2>(panel, blocks, act, n, i, ahead, y, rows);
             case 3: return pass<Q4, 3>(panel, blocks, act, n, i, ahead, y, rows);
