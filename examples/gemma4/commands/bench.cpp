@@ -28,9 +28,10 @@
 // read once per step whatever the batch) and, with --context, the K/V each sequence's query
 // reads (every layer's visible positions, the window on sliding layers, times the cache's bytes
 // per position). The bandwidth fraction compares their sum per second with the measured read
-// bandwidth: the best of five probe passes before the run, and, paired with the steps, the mean
+// bandwidth: the best of five probe passes before the run, and, paired with the steps, the best
 // of one probe pass after each decode step (a shared machine's bandwidth moves by a factor of
-// two within minutes, so a probe taken once can be far from what the steps saw).
+// two within minutes, so a probe taken once can be far from what the steps saw; the best, as
+// one pass reads slower than the steps at times).
 // --model PATH: a checkpoint directory or GGUF file (a user's own, e.g. a Q4_0 file) measured
 // instead of random weights, at its own shapes, re-encoded at load as --weights asks.
 // --image-tokens N[,N...]: the vision embedder on images of N soft tokens, and its two dense
@@ -59,6 +60,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -485,7 +487,7 @@ int run(cli::Args& args) {
     std::vector<float> last_hidden;  // the first sequence's final-normed state after its prompt
     std::size_t kv_bytes = 0;
     double decode_s = 0, alone_s = 0;
-    double between_s = 0;  // the read probe's passes between decode steps
+    double between_s = std::numeric_limits<double>::infinity();  // the fastest read probe pass between decode steps
     unsigned pool_size = 0;
     const auto time_steps = [&](const auto& model) {
         pool_size = model.pool().size();
@@ -535,7 +537,7 @@ int run(cli::Args& args) {
                 model.forward(std::span<const SequenceChunk>(&step.back(), 1), cache, LogitsMode::Last);
                 alone_s += seconds_since(t0);
             }
-            between_s += probe.pass_seconds();
+            between_s = std::min(between_s, probe.pass_seconds());
         }
     };
     time_steps(measured);
@@ -577,7 +579,7 @@ int run(cli::Args& args) {
     const double kv_read = context > 0 ? kv_read_bytes_per_step(c, cache, context, G, B) : 0.0;
     const double bytes_per_step = weight_bytes + kv_read;  // computed, not measured
     const double achieved = bytes_per_step * steps_per_s;
-    const double between_bandwidth = static_cast<double>(G) * static_cast<double>(probe.bytes()) / between_s;
+    const double between_bandwidth = static_cast<double>(probe.bytes()) / between_s;
     const std::size_t rss = peak_rss_bytes();
 
     const KernelChoice kernels = active_kernels();
@@ -679,7 +681,7 @@ int run(cli::Args& args) {
                     "sliding layers, x %lld)\n", kv_read / 1e9, static_cast<long long>(context), static_cast<long long>(B));
     std::printf("read      %8.3f GB per step (computed), %.1f GB/s = %.0f%% of measured read bandwidth %.1f GB/s\n", bytes_per_step / 1e9,
                 achieved / 1e9, 100 * achieved / bandwidth, bandwidth / 1e9);
-    std::printf("          = %.0f%% of the %.1f GB/s read by the probe's passes between the decode steps\n", 100 * achieved / between_bandwidth,
+    std::printf("          = %.0f%% of the %.1f GB/s read by the fastest probe pass between the decode steps\n", 100 * achieved / between_bandwidth,
                 between_bandwidth / 1e9);
     std::printf("KV cache  %8.3f GB in use (%s), %.1f ms per decode step%s\n", static_cast<double>(kv_bytes) / 1e9, kv.c_str(),
                 1e3 * decode_s / static_cast<double>(G), context > 0 ? (" at context " + std::to_string(context)).c_str() : "");
