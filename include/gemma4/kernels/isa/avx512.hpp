@@ -100,7 +100,7 @@ struct PanelVnni {
     /// codes as the low and high nibbles), so the loads and the unpacking weigh as much as the
     /// products: here the group's 1024 code bytes are loaded once for both nibbles, and the four
     /// blocks' sums are four independent chains. The float accumulation keeps block order, so
-    /// the output has the same bits. Streamed from memory on a 2-thread AMD Zen 5, 8–15 % faster
+    /// the output has the same bits. Streamed from memory on a 2-thread AMD Zen 5, 4–15 % faster
     /// (docs/performance.md); Q8, which loads each byte once anyway, gained nothing in the model.
     static void pass_q4_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead, float* y,
                                   __mmask16 mask) {
