@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <gemma4/io/safetensors_writer.hpp>
+#include <gemma4/kernels/isa/prefetch.hpp>
 #include <gemma4/kernels/linear.hpp>
 #include <gemma4/tensor/quant.hpp>
 
@@ -368,6 +369,17 @@ TEST_CASE("the level's Q8/Q4 kernel is the one named for it", "[kernels][linear]
     // nothing above the level runs, whatever the CPU has
     if (isa < Isa::Avx512) CHECK_FALSE(detail::quant_kernel_runs(detail::QuantKernel::Avx512));
     if (isa < Isa::Avx2) CHECK_FALSE(detail::quant_kernel_runs(detail::QuantKernel::Avx2));
+}
+
+TEST_CASE("the AVX-512 one-token pass prefetches its panel on Intel CPUs, not on AMD ones", "[kernels][linear][isa]") {
+    CpuFeatures intel, amd;
+    amd.amd = true;
+    CHECK(detail::avx512_prefetch_ahead(1, intel) == detail::prefetch_ahead(1));
+    CHECK(detail::prefetch_ahead(1) > 0);
+    CHECK(detail::avx512_prefetch_ahead(1, amd) == 0);
+    for (const std::int64_t tokens : {2, 4, 5, 16})  // several tokens: the same distance on both
+        CHECK(detail::avx512_prefetch_ahead(tokens, amd) == detail::avx512_prefetch_ahead(tokens, intel));
+    CHECK(detail::prefetch_ahead(4) > detail::prefetch_ahead(16));
 }
 
 // One test case per vector level, so that ctest lists a level this machine cannot run (the CPU

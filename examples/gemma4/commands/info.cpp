@@ -28,7 +28,7 @@ nlohmann::json features_json(const CpuFeatures& f) {
             {"avx_vnni", f.avx_vnni}, {"avx512f", f.avx512f},   {"avx512bw", f.avx512bw},
             {"avx512vl", f.avx512vl}, {"avx512_vnni", f.avx512vnni}, {"avx512_bf16", f.avx512bf16},
             {"amx_tile", f.amx_tile}, {"amx_int8", f.amx_int8}, {"os_avx", f.os_avx},
-            {"os_avx512", f.os_avx512}, {"os_amx", f.os_amx}};
+            {"os_avx512", f.os_avx512}, {"os_amx", f.os_amx}, {"amd", f.amd}};
 }
 
 int run(cli::Args& args) {

@@ -69,6 +69,7 @@ struct CpuFeatures {
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
     bool amx_tile = false, amx_int8 = false;
     bool os_avx = false, os_avx512 = false, os_amx = false;  ///< the OS saves ymm / zmm / tile state (XCR0)
+    bool amd = false;  ///< vendor "AuthenticAMD": selects tuning measured there (kernels/isa/prefetch.hpp)
 };
 
 /// What was chosen, and why.
@@ -86,6 +87,7 @@ inline CpuFeatures detect_cpu_features() {
     CpuFeatures f;
 #ifdef GEMMA4_DETAIL_X86_CPUID
     unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d)) f.amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "Auth" "enti" "cAMD"
     if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
     const bool osxsave = (c >> 27) & 1;
     f.fma = (c >> 12) & 1;

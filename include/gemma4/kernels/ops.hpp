@@ -89,19 +89,35 @@ inline void gelu_mul_rows(const T* gate_up, std::int64_t n, std::int64_t I, T* y
     });
 }
 
-/// lmHead soft-cap: z ← cap · tanh(z / cap) (cap ≤ 0: unchanged). Vectorised in float as above.
+/// lmHead soft-cap: z ← cap · tanh(z / cap) (cap ≤ 0: unchanged). In float, whole vectors go
+/// through the kernel of the process's level (kernels/isa/float_kernels-inl.hpp) or, at the
+/// baseline, xsimd's tanh at the build's architecture; the tail and double take std::tanh.
 template <class T>
-inline void softcap(T* z, std::int64_t n, T cap) {
+inline void softcap(T* z, std::int64_t n, T cap, Isa isa = active_isa()) {
     if (cap <= T(0)) return;
     const T inv = T(1) / cap;
     std::int64_t i = 0;
     if constexpr (std::is_same_v<T, float>) {
-        using B = xsimd::batch<float>;
-        constexpr auto S = static_cast<std::int64_t>(B::size);
-        const B vc(cap), vi(inv);
-        for (; i + S <= n; i += S) (vc * xsimd::tanh(B::load_unaligned(z + i) * vi)).store_unaligned(z + i);
+        if (isa >= Isa::Avx512) i = detail::avx512::softcap(z, n, cap);
+        else if (isa == Isa::Avx2) i = detail::avx2::softcap(z, n, cap);
+        else {
+            using B = xsimd::batch<float>;
+            constexpr auto S = static_cast<std::int64_t>(B::size);
+            const B vc(cap), vi(inv);
+            for (; i + S <= n; i += S) (vc * xsimd::tanh(B::load_unaligned(z + i) * vi)).store_unaligned(z + i);
+        }
     }
     for (; i < n; ++i) z[i] = cap * std::tanh(z[i] * inv);
+}
+
+/// The soft-cap of n rows of `width` logits, the rows shared among the threads. Each row by
+/// itself: a row's vector part and tail round differently, so a logit's bits depend on its column
+/// alone, never on how many rows share the call.
+template <class T>
+inline void softcap_rows(T* z, std::int64_t n, std::int64_t width, T cap, ThreadPool& pool) {
+    pool.parallel_for(n, [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) softcap(z + r * width, width, cap);
+    });
 }
 
 /// attn_residual: x ← x + h

@@ -202,11 +202,7 @@ public:
         // lm_head: z = h·Eᵀ (tied), logits = cap · tanh(z / cap)
         Logits<T> out{r, c.vocab_size, std::vector<T>(static_cast<std::size_t>(r * c.vocab_size)), {}};
         linear<T>(ck_.weights.embed_tokens, {h.data(), H}, {out.values.data(), c.vocab_size}, r, *pool_);
-        // Row by row: softcap's vector and scalar tails round tanh differently, so over the whole
-        // [r, vocab] array a logit's bits would depend on how many rows share the step (when vocab
-        // is not a multiple of the vector width); per row they depend on its column alone.
-        for (std::int64_t i = 0; i < r; ++i)
-            kernels::softcap(out.values.data() + i * c.vocab_size, c.vocab_size, static_cast<T>(c.final_logit_softcapping));
+        kernels::softcap_rows(out.values.data(), r, c.vocab_size, static_cast<T>(c.final_logit_softcapping), *pool_);
         tap(obs, -1, "lm_head", out.values.data(), r, c.vocab_size, c.vocab_size);
         out.hidden = std::move(h);
         return out;

@@ -209,7 +209,7 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
     constexpr int P = PanelAmx::P, G = PanelAmx::G;
     using avx512::PanelVnni;
     const bool q4 = w.dtype == DType::Q4;
-    const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;  // as avx512::panels
+    const std::int64_t ahead = avx512_prefetch_ahead(a.tokens, isa_report().features);  // as avx512::panels
     const AmxTiles::TileScope tile_scope;
     float* yt[G];
     for (std::int64_t p = p0; p < p1; ++p) {

@@ -32,11 +32,18 @@ inline V vsplat(float a) { return _mm256_set1_ps(a); }
 inline V vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, V v) { _mm256_storeu_ps(p, v); }
 inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
+inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
 inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
 inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
 inline V vdiv(V a, V b) { return _mm256_div_ps(a, b); }
 inline V vmin(V a, V b) { return _mm256_min_ps(a, b); }
 inline V vmax(V a, V b) { return _mm256_max_ps(a, b); }
+inline V vabs(V a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+inline V vcopysign(V mag, V sign) {  // |mag| with the sign bit of `sign`
+    const V s = _mm256_set1_ps(-0.0f);
+    return _mm256_or_ps(_mm256_andnot_ps(s, mag), _mm256_and_ps(s, sign));
+}
+inline V vselect_lt(V a, V b, V x, V y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
 inline V vround(V a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 inline V vpow2i(V n) {  // 2^n for whole n in [−126, 127]: n + 127 in the exponent field
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));

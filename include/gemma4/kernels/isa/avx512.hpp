@@ -179,8 +179,7 @@ inline void quantize_row(const float* x, std::int64_t cols, std::int64_t blocks,
 inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
     constexpr int P = PanelVnni::P, G = PanelVnni::G;
     const bool q4 = w.dtype == DType::Q4;
-    // Prefetch distance into L1 (prefetch_block): longer when few tokens make the pass fast.
-    const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;
+    const std::int64_t ahead = avx512_prefetch_ahead(a.tokens, isa_report().features);
     float* yt[G];
     for (std::int64_t p = p0; p < p1; ++p) {
         const std::int64_t n0 = p * P, rows = std::min<std::int64_t>(P, w.rows() - n0);
@@ -204,11 +203,18 @@ inline V vsplat(float a) { return _mm512_set1_ps(a); }
 inline V vload(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstore(float* p, V v) { _mm512_storeu_ps(p, v); }
 inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
 inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
 inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 inline V vdiv(V a, V b) { return _mm512_div_ps(a, b); }
 inline V vmin(V a, V b) { return _mm512_min_ps(a, b); }
 inline V vmax(V a, V b) { return _mm512_max_ps(a, b); }
+inline V vabs(V a) { return _mm512_abs_ps(a); }
+inline V vcopysign(V mag, V sign) {  // |mag| with the sign bit of `sign`
+    const __m512i s = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_andnot_si512(s, _mm512_castps_si512(mag)), _mm512_and_si512(s, _mm512_castps_si512(sign))));
+}
+inline V vselect_lt(V a, V b, V x, V y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
 inline V vround(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 inline V vpow2i(V n) {  // 2^n for whole n in [−126, 127]: n + 127 in the exponent field
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));

@@ -1,10 +1,13 @@
-// The float kernels of one instruction-set level: the bf16 linear and the score and value passes
-// of attention. Written once, compiled once per level: each kernels/isa/<level>.hpp includes
+// The float kernels of one instruction-set level: the bf16 linear, the score and value passes
+// of attention, GeGLU's activation and the soft-cap. Written once, compiled once per level: each kernels/isa/<level>.hpp includes
 // this text inside its own namespace and target region (so there is no include guard), after
 // defining its vector layer:
 //
 //   V, kLanes                  a register of kLanes floats
-//   vzero, vsplat, vload, vstore, vadd, vmul, vfma, vdiv, vmin, vmax, vsum
+//   vzero, vsplat, vload, vstore, vadd, vsub, vmul, vfma, vdiv, vabs, vsum
+//   vmin, vmax                 where an operand is NaN, the second one (the instructions' rule)
+//   vcopysign(mag, sign)       |mag| with the sign of `sign`
+//   vselect_lt(a, b, x, y)     per lane a < b ? x : y (false for NaN)
 //   vround(a)                  to the nearest whole number, ties to even
 //   vpow2i(n)                  2^n for whole n in [−126, 127]
 //   vload_i8(codes)            kLanes int8 codes as floats
@@ -195,9 +198,10 @@ void value_pass_rows(std::int64_t group, std::int64_t d, std::int64_t j0, std::i
 
 /// e^x for x clamped to [−87, 88]: x = n·ln 2 + r with |r| ≤ ln 2 / 2 (ln 2 in two parts, the
 /// first with few enough bits that n times it is exact), e^r by its Taylor series to r^7 (the
-/// truncation is below 6e-9 relative, under float's 6e-8), times 2^n.
+/// truncation is below 6e-9 relative, under float's 6e-8), times 2^n. NaN stays NaN (x is the
+/// second operand of the clamp).
 inline V vexp(V x) {
-    x = vmin(vmax(x, vsplat(-87.0f)), vsplat(88.0f));
+    x = vmin(vsplat(88.0f), vmax(vsplat(-87.0f), x));
     const V n = vround(vmul(x, vsplat(1.44269504088896341f)));  // log2 e
     V r = vfma(n, vsplat(-0.693359375f), x);                    // ln 2 = 0.693359375 − 2.12194440e-4
     r = vfma(n, vsplat(2.12194440e-4f), r);
@@ -221,6 +225,28 @@ inline std::int64_t gelu_mul(const float* gate, const float* up, std::int64_t n,
         const V g = vload(gate + i);
         const V minus_2u = vmul(minus_2k, vfma(vmul(c, g), vmul(g, g), g));
         vstore(y + i, vdiv(vmul(g, vload(up + i)), vadd(one, vexp(minus_2u))));
+    }
+    return i;
+}
+
+// ---- lmHead's soft-cap (kernels/ops.hpp) ---------------------------------------------------
+
+/// z[i] ← cap · tanh(z[i] / cap) for the whole vectors of [0, n); returns how many were done.
+/// tanh is odd: it is taken at a = |u| and given u's sign. Below a = 0.625, a + a³ P(a²) with
+/// Cephes' minimax P of degree 4 (tanhf's; no cancellation near 0); above, 1 − 2 / (1 + e^(2a)),
+/// where 2 / (1 + e^(2a)) < 0.45 cancels nothing. ±∞ gives ±cap, NaN stays NaN.
+inline std::int64_t softcap(float* z, std::int64_t n, float cap) {
+    const V inv = vsplat(1.0f / cap), vcap = vsplat(cap), one = vsplat(1.0f), two = vsplat(2.0f), near_end = vsplat(0.625f);
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        const V u = vmul(vload(z + i), inv), a = vabs(u), a2 = vmul(a, a);
+        V p = vfma(vsplat(-5.70498872745e-3f), a2, vsplat(2.06390887954e-2f));
+        p = vfma(p, a2, vsplat(-5.37397155531e-2f));
+        p = vfma(p, a2, vsplat(1.33314422036e-1f));
+        p = vfma(p, a2, vsplat(-3.33332819422e-1f));
+        const V near = vfma(vmul(p, a2), a, a);
+        const V far = vsub(one, vdiv(two, vadd(one, vexp(vadd(a, a)))));
+        vstore(z + i, vmul(vcap, vcopysign(vselect_lt(a, near_end, near, far), u)));
     }
     return i;
 }

@@ -5,6 +5,7 @@
 
 #include <gemma4/abi.hpp>
 
+#include <gemma4/kernels/cpu.hpp>
 #include <gemma4/tensor/dtype.hpp>
 #include <gemma4/tensor/quant.hpp>
 
@@ -21,6 +22,19 @@ inline constexpr std::int64_t kAheadL2 = 8192;
 /// without it the one-token Q8 pass (the least work per byte) read about 20 % faster, while the
 /// Q4 pass, whose codes are unpacked, and a 16-token pass read slower.
 constexpr bool prefetch_to_l2(DType t, int tokens) { return t == DType::Q4 || tokens > 1; }
+
+/// How far ahead (bytes) a panel pass of `tokens` tokens prefetches its panel into L1: fewer
+/// tokens make a faster pass, hence the longer distance.
+constexpr std::int64_t prefetch_ahead(std::int64_t tokens) { return tokens <= 4 ? 2048 : 1024; }
+
+/// The same for the AVX-512 passes, where on AMD CPUs the one-token pass (0: none) leaves the
+/// stream to the hardware prefetchers: on a 2-thread Zen 5 the model decoded 3–5 % (int8) and
+/// 7–8 % (int4) faster so, at 6 and 48 layers, while the AVX2 passes, which take longer per
+/// byte, need theirs (int4 20 % slower without; docs/performance.md). Intel CPUs keep the
+/// prefetch they were tuned with.
+inline std::int64_t avx512_prefetch_ahead(std::int64_t tokens, const CpuFeatures& cpu) {
+    return tokens == 1 && cpu.amd ? 0 : prefetch_ahead(tokens);
+}
 
 /// Prefetches block b's share of a panel's stream (codes and scales, tensor/quant.hpp) into L1,
 /// `ahead` bytes in front of it, and with `ToL2` also into L2 kAheadL2 bytes further. Two

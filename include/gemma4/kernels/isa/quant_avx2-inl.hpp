@@ -159,7 +159,7 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
     constexpr int P = PanelAvx2::P;
     constexpr auto G = kGroupTokens;
     const bool q4 = w.dtype == DType::Q4;
-    const std::int64_t ahead = a.tokens <= 4 ? 2048 : 1024;
+    const std::int64_t ahead = prefetch_ahead(a.tokens);
     float* yt[PanelAvx2::kTokens];
     for (std::int64_t p = p0; p < p1; ++p) {
         const std::int64_t n0 = p * P;
