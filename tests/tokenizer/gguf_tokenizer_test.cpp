@@ -120,6 +120,8 @@ TEST_CASE("gguf tokenizer: malformed keys are TokenizerErrors naming the key", "
            "'tokenizer.ggml.token_type': expected an array of 384");
     expect("bos", [](auto& k) { key(k, "tokenizer.ggml.bos_token_id") = gguf_uint32("tokenizer.ggml.bos_token_id", 384); },
            "'tokenizer.ggml.bos_token_id': expected a token id below 384");
+    expect("merge_utf8", [](auto& k) { key(k, "tokenizer.ggml.merges") = gguf_string_array("tokenizer.ggml.merges", {"a b", "x\x87 y"}); },
+           "'tokenizer.ggml.merges': entry 1 is not UTF-8 (byte 1)");
     expect("tokens_type", [](auto& k) { key(k, "tokenizer.ggml.tokens") = gguf_int32_array("tokenizer.ggml.tokens", {1}); },
            "'tokenizer.ggml.tokens': expected ARRAY[STRING], got ARRAY[INT32]");
     expect("duplicate", [](auto& k) {

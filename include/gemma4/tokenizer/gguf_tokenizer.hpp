@@ -16,6 +16,7 @@
 #include <gemma4/error.hpp>
 #include <gemma4/io/gguf.hpp>
 #include <gemma4/tokenizer/tokenizer.hpp>
+#include <gemma4/tokenizer/utf8.hpp>
 #include <gemma4/tokenizer/tokenizer_config.hpp>
 
 #include <nlohmann/json.hpp>
@@ -51,7 +52,12 @@ inline std::string gguf_tokenizer_json(const GgufFile& f, TokenizerConfig& confi
         const GgufValue* v = f.find(key);
         if (!v) fail(key, "missing");
         if (!v->is_array() || v->element_type() != GgufValueType::String) fail(key, "expected ARRAY[STRING], got " + v->type_string());
-        return v->strings();
+        // the pieces become JSON strings, which must be UTF-8
+        const auto& strings = v->strings();
+        for (std::size_t i = 0; i < strings.size(); ++i)
+            if (const auto bad = detail::first_invalid_utf8(strings[i]))
+                fail(key, "entry " + std::to_string(i) + " is not UTF-8 (byte " + std::to_string(*bad) + ")");
+        return strings;
     };
     const auto& tokens = string_array("tokenizer.ggml.tokens");
     const auto& merges = string_array("tokenizer.ggml.merges");
