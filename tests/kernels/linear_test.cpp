@@ -371,15 +371,27 @@ TEST_CASE("the level's Q8/Q4 kernel is the one named for it", "[kernels][linear]
     if (isa < Isa::Avx2) CHECK_FALSE(detail::quant_kernel_runs(detail::QuantKernel::Avx2));
 }
 
-TEST_CASE("the AVX-512 one-token pass prefetches its panel on Intel CPUs, not on AMD ones", "[kernels][linear][isa]") {
+TEST_CASE("the AVX-512 passes prefetch as tuned on Intel CPUs, and on AMD ones leave one token to the hardware and 4+ Q8 tokens to L2",
+          "[kernels][linear][isa]") {
+    using detail::PanelPrefetch;
     CpuFeatures intel, amd;
     amd.amd = true;
-    CHECK(detail::avx512_prefetch_ahead(1, intel) == detail::prefetch_ahead(1));
-    CHECK(detail::prefetch_ahead(1) > 0);
-    CHECK(detail::avx512_prefetch_ahead(1, amd) == 0);
-    for (const std::int64_t tokens : {2, 4, 5, 16})  // several tokens: the same distance on both
-        CHECK(detail::avx512_prefetch_ahead(tokens, amd) == detail::avx512_prefetch_ahead(tokens, intel));
-    CHECK(detail::prefetch_ahead(4) > detail::prefetch_ahead(16));
+    // the tuned distances: one Q8 token into L1 only, Q4 and several tokens into L2 as well,
+    // further in front for fewer tokens
+    CHECK(detail::panel_prefetch(DType::Q8, 1).l1 > 0);
+    CHECK(detail::panel_prefetch(DType::Q8, 1).l2 == 0);
+    CHECK(detail::panel_prefetch(DType::Q4, 1).l2 > detail::panel_prefetch(DType::Q4, 1).l1);
+    CHECK(detail::panel_prefetch(DType::Q8, 16).l2 > detail::panel_prefetch(DType::Q8, 16).l1);
+    CHECK(detail::panel_prefetch(DType::Q8, 4).l1 > detail::panel_prefetch(DType::Q8, 16).l1);
+    for (const DType t : {DType::Q8, DType::Q4})
+        for (const std::int64_t tokens : {1, 2, 4, 5, 16}) {
+            CAPTURE(static_cast<int>(t), tokens);
+            CHECK(detail::avx512_panel_prefetch(t, tokens, intel) == detail::panel_prefetch(t, tokens));
+            const PanelPrefetch on_amd = detail::avx512_panel_prefetch(t, tokens, amd);
+            if (tokens == 1) CHECK_FALSE(on_amd);
+            else if (t == DType::Q8 && tokens >= detail::kAmdQ8L2OnlyTokens) CHECK(on_amd == PanelPrefetch{0, detail::kAmdQ8AheadL2});
+            else CHECK(on_amd == detail::panel_prefetch(t, tokens));
+        }
 }
 
 // One test case per vector level, so that ctest lists a level this machine cannot run (the CPU

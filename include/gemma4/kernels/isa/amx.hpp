@@ -169,7 +169,7 @@ struct PanelAmx {
     /// i − 1 is scaled and added.
     template <bool Q4, int N>
     static void pass(const std::byte* panel, std::int64_t blocks, const std::int8_t* acts, const float* xs, std::int64_t xs_stride,
-                     std::int64_t ahead, float* const y[N], __mmask16 mask) {
+                     PanelPrefetch pf, float* const y[N], __mmask16 mask) {
         constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
         alignas(64) std::int32_t sums[2][2][G * P];
         alignas(64) std::int8_t scratch[2][2][512];
@@ -177,9 +177,9 @@ struct PanelAmx {
         for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
         for (std::int64_t b = 0; b <= blocks; b += 2) {
             if (b < blocks) {
-                if (ahead) {
-                    prefetch_block<kType, prefetch_to_l2(kType, N)>(panel, b, ahead);
-                    prefetch_block<kType, prefetch_to_l2(kType, N)>(panel, b + 1, ahead);
+                if (pf) {
+                    prefetch_block<kType>(panel, b, pf);
+                    prefetch_block<kType>(panel, b + 1, pf);
                 }
                 if (b / 2 % 2 == 0) block_pair<Q4, false>(panel, b, acts, scratch[0], sums[0]);
                 else block_pair<Q4, true>(panel, b, acts, scratch[1], sums[1]);
@@ -195,10 +195,10 @@ struct PanelAmx {
 
     template <bool Q4, int N = G>
     static void dispatch(int n, const std::byte* panel, std::int64_t blocks, const std::int8_t* acts, const float* xs,
-                         std::int64_t xs_stride, std::int64_t ahead, float* const* y, __mmask16 mask) {
+                         std::int64_t xs_stride, PanelPrefetch pf, float* const* y, __mmask16 mask) {
         if constexpr (N > kMinTokens)
-            if (n < N) return dispatch<Q4, N - 1>(n, panel, blocks, acts, xs, xs_stride, ahead, y, mask);
-        pass<Q4, N>(panel, blocks, acts, xs, xs_stride, ahead, y, mask);
+            if (n < N) return dispatch<Q4, N - 1>(n, panel, blocks, acts, xs, xs_stride, pf, y, mask);
+        pass<Q4, N>(panel, blocks, acts, xs, xs_stride, pf, y, mask);
     }
 };
 
@@ -209,7 +209,7 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
     constexpr int P = PanelAmx::P, G = PanelAmx::G;
     using avx512::PanelVnni;
     const bool q4 = w.dtype == DType::Q4;
-    const std::int64_t ahead = avx512_prefetch_ahead(a.tokens, isa_report().features);  // as avx512::panels
+    const PanelPrefetch plan = avx512_panel_prefetch(w.dtype, a.tokens, isa_report().features);  // as avx512::panels
     const AmxTiles::TileScope tile_scope;
     float* yt[G];
     for (std::int64_t p = p0; p < p1; ++p) {
@@ -218,7 +218,7 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
         for (std::int64_t t0 = 0; t0 < a.tokens; t0 += G) {
             const int n = static_cast<int>(std::min<std::int64_t>(G, a.tokens - t0));
             for (int t = 0; t < n; ++t) yt[t] = y.row(t0 + t) + n0;
-            const std::int64_t pf = t0 == 0 ? ahead : 0;
+            const PanelPrefetch pf = t0 == 0 ? plan : PanelPrefetch{};
             if (t0 < vnni_from) {
                 const std::int8_t* acts = tiles.data() + t0 * a.blocks * quant::kBlock;
                 if (q4) PanelAmx::dispatch<true>(n, w.panel(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);

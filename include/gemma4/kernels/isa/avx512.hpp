@@ -43,16 +43,16 @@ struct PanelVnni {
     static constexpr int G = static_cast<int>(kGroupTokens);  ///< tokens per pass: 16 float accumulators in registers
 
     /// The N tokens of one group over one panel: y[t][0 … 16) for the panel's rows (mask).
-    /// Prefetches the panel's stream `ahead` bytes in front (0: the panel is already cached).
+    /// Prefetches the panel's stream as `pf` says (none: the panel is already cached).
     template <bool Q4, int N>
-    static void pass(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead, float* const y[N],
+    static void pass(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, PanelPrefetch pf, float* const y[N],
                      __mmask16 mask) {
         constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
         const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80)), low4 = _mm512_set1_epi8(0x0f);
         __m512 acc[N];
         for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
         for (std::int64_t b = 0; b < blocks; ++b) {
-            if (ahead) prefetch_block<kType, prefetch_to_l2(kType, N)>(panel, b, ahead);
+            if (pf) prefetch_block<kType>(panel, b, pf);
             __m512i wv[8];
             const std::byte* base = panel + quant::block_codes_offset(kType, b);
             if constexpr (Q4) {
@@ -102,7 +102,7 @@ struct PanelVnni {
     /// blocks' sums are four independent chains. The float accumulation keeps block order, so
     /// the output has the same bits. Streamed from memory on a 2-thread AMD Zen 5, 4–15 % faster
     /// (docs/performance.md); Q8, which loads each byte once anyway, gained nothing in the model.
-    static void pass_q4_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead, float* y,
+    static void pass_q4_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, PanelPrefetch pf, float* y,
                                   __mmask16 mask) {
         constexpr int B = static_cast<int>(quant::kGroupBlocks);
         static_assert(B == 4, "a group's code bytes hold blocks k and k + 2 as low and high nibbles");
@@ -111,9 +111,9 @@ struct PanelVnni {
         const auto word = [&](std::int64_t b, int s) { return _mm512_set1_epi32(act[b * 10 + s]); };
         __m512 acc = _mm512_setzero_ps();
         for (std::int64_t b0 = 0; b0 < blocks; b0 += B) {  // blocks is a whole number of groups
-            if (ahead) {
+            if (pf) {
 #pragma GCC unroll 4
-                for (int k = 0; k < B; ++k) prefetch_block<DType::Q4, prefetch_to_l2(DType::Q4, 1)>(panel, b0 + k, ahead);
+                for (int k = 0; k < B; ++k) prefetch_block<DType::Q4>(panel, b0 + k, pf);
             }
             __m512i isum[B];
 #pragma GCC unroll 4
@@ -139,12 +139,12 @@ struct PanelVnni {
     }
 
     template <bool Q4, int N = G>
-    static void dispatch(int n, const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead,
+    static void dispatch(int n, const std::byte* panel, std::int64_t blocks, const std::int32_t* act, PanelPrefetch pf,
                          float* const* y, __mmask16 mask) {
         if constexpr (N > 1)
-            if (n < N) return dispatch<Q4, N - 1>(n, panel, blocks, act, ahead, y, mask);
-        if constexpr (Q4 && N == 1) pass_q4_one_token(panel, blocks, act, ahead, y[0], mask);
-        else pass<Q4, N>(panel, blocks, act, ahead, y, mask);
+            if (n < N) return dispatch<Q4, N - 1>(n, panel, blocks, act, pf, y, mask);
+        if constexpr (Q4 && N == 1) pass_q4_one_token(panel, blocks, act, pf, y[0], mask);
+        else pass<Q4, N>(panel, blocks, act, pf, y, mask);
     }
 };
 
@@ -179,7 +179,7 @@ inline void quantize_row(const float* x, std::int64_t cols, std::int64_t blocks,
 inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
     constexpr int P = PanelVnni::P, G = PanelVnni::G;
     const bool q4 = w.dtype == DType::Q4;
-    const std::int64_t ahead = avx512_prefetch_ahead(a.tokens, isa_report().features);
+    const PanelPrefetch plan = avx512_panel_prefetch(w.dtype, a.tokens, isa_report().features);
     float* yt[G];
     for (std::int64_t p = p0; p < p1; ++p) {
         const std::int64_t n0 = p * P, rows = std::min<std::int64_t>(P, w.rows() - n0);
@@ -187,7 +187,7 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
         for (std::int64_t t0 = 0; t0 < a.tokens; t0 += G) {
             const int n = static_cast<int>(std::min<std::int64_t>(G, a.tokens - t0));
             for (int t = 0; t < n; ++t) yt[t] = y.row(t0 + t) + n0;
-            const std::int64_t pf = t0 == 0 ? ahead : 0;
+            const PanelPrefetch pf = t0 == 0 ? plan : PanelPrefetch{};  // later groups find the panel in L2
             if (q4) PanelVnni::dispatch<true>(n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
             else PanelVnni::dispatch<false>(n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
         }

@@ -49,16 +49,16 @@ struct PanelAvx2 {
     }
 
     /// Tokens i … i + N − 1 of a group of n (activations `act`, GroupActs) over one panel:
-    /// y[t][0 … rows). Prefetches the panel's stream `ahead` bytes in front (0: already cached).
+    /// y[t][0 … rows). Prefetches the panel's stream as `pf` says (none: already cached).
     template <bool Q4, int N>
-    static void pass(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, int n, int i, std::int64_t ahead,
+    static void pass(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, int n, int i, PanelPrefetch pf,
                      float* const y[N], int rows) {
         constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
         __m256 acc[2][N];
         for (auto& half : acc)
             for (auto& a : half) a = _mm256_setzero_ps();
         for (std::int64_t b = 0; b < blocks; ++b) {
-            if (ahead) prefetch_block<kType, prefetch_to_l2(kType, N)>(panel, b, ahead);
+            if (pf) prefetch_block<kType>(panel, b, pf);
             const auto* scales = reinterpret_cast<const std::uint16_t*>(panel + quant::block_scales_offset(kType, b));
             const std::int32_t* words = act + b * 10 * n + i;
             const auto* xs = reinterpret_cast<const float*>(words + 8 * n);
@@ -87,7 +87,7 @@ struct PanelAvx2 {
     /// pass<true, 1> taken a 128-column group (4 blocks) at a time, as the AVX-512 level's
     /// pass_q4_one_token (why there): the group's bytes loaded once for both nibbles (blocks k
     /// and k + 2), four independent block sums, the float accumulation in block order (same bits).
-    static void pass_q4_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, std::int64_t ahead, float* y, int rows) {
+    static void pass_q4_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, PanelPrefetch pf, float* y, int rows) {
         constexpr int B = static_cast<int>(quant::kGroupBlocks);
         static_assert(B == 4, "a group's code bytes hold blocks k and k + 2 as low and high nibbles");
         const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -95,9 +95,9 @@ struct PanelAvx2 {
         const auto word = [&](std::int64_t b, int s) { return _mm256_set1_epi32(act[b * 10 + s]); };
         __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (std::int64_t b0 = 0; b0 < blocks; b0 += B) {  // blocks is a whole number of groups
-            if (ahead) {
+            if (pf) {
 #pragma GCC unroll 4
-                for (int k = 0; k < B; ++k) prefetch_block<DType::Q4, prefetch_to_l2(DType::Q4, 1)>(panel, b0 + k, ahead);
+                for (int k = 0; k < B; ++k) prefetch_block<DType::Q4>(panel, b0 + k, pf);
             }
             const std::byte* base = panel + quant::block_codes_offset(DType::Q4, b0);
 #pragma GCC unroll 2
@@ -142,14 +142,14 @@ struct PanelAvx2 {
 
     template <bool Q4>
     static void dispatch(int count, const std::byte* panel, std::int64_t blocks, const std::int32_t* act, int n, int i,
-                         std::int64_t ahead, float* const* y, int rows) {
+                         PanelPrefetch pf, float* const* y, int rows) {
         switch (count) {
             case 1:
-                if (Q4 && n == 1) return pass_q4_one_token(panel, blocks, act, ahead, y[0], rows);
-                return pass<Q4, 1>(panel, blocks, act, n, i, ahead, y, rows);
-            case 2: return pass<Q4, 2>(panel, blocks, act, n, i, ahead, y, rows);
-            case 3: return pass<Q4, 3>(panel, blocks, act, n, i, ahead, y, rows);
-            default: return pass<Q4, 4>(panel, blocks, act, n, i, ahead, y, rows);
+                if (Q4 && n == 1) return pass_q4_one_token(panel, blocks, act, pf, y[0], rows);
+                return pass<Q4, 1>(panel, blocks, act, n, i, pf, y, rows);
+            case 2: return pass<Q4, 2>(panel, blocks, act, n, i, pf, y, rows);
+            case 3: return pass<Q4, 3>(panel, blocks, act, n, i, pf, y, rows);
+            default: return pass<Q4, 4>(panel, blocks, act, n, i, pf, y, rows);
         }
     }
 };
@@ -159,7 +159,7 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
     constexpr int P = PanelAvx2::P;
     constexpr auto G = kGroupTokens;
     const bool q4 = w.dtype == DType::Q4;
-    const std::int64_t ahead = prefetch_ahead(a.tokens);
+    const PanelPrefetch plan = panel_prefetch(w.dtype, a.tokens);
     float* yt[PanelAvx2::kTokens];
     for (std::int64_t p = p0; p < p1; ++p) {
         const std::int64_t n0 = p * P;
@@ -169,7 +169,7 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
             for (int i = 0; i < n; i += PanelAvx2::kTokens) {
                 const int count = std::min(PanelAvx2::kTokens, n - i);
                 for (int t = 0; t < count; ++t) yt[t] = y.row(g0 + i + t) + n0;
-                const std::int64_t pf = g0 == 0 && i == 0 ? ahead : 0;
+                const PanelPrefetch pf = g0 == 0 && i == 0 ? plan : PanelPrefetch{};
                 if (q4) PanelAvx2::dispatch<true>(count, w.panel(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
                 else PanelAvx2::dispatch<false>(count, w.panel(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
             }
