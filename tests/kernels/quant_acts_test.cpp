@@ -1,10 +1,12 @@
-// kernels/quant_acts.hpp: activations to int8 per block, and the vector levels' quantize_row
-// against the portable one, bit for bit.
+// kernels/quant_acts.hpp: activations to int8 per block, the vector levels' quantize_row
+// against the portable one, bit for bit, and the AMX pass's tile layout of them.
 #include <catch2/catch.hpp>
 
 #include <gemma4/kernels/linear_quant.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -97,4 +99,33 @@ TEST_CASE("avx2 path: activations quantize as the portable code, bit for bit", "
 TEST_CASE("avx512 path: activations quantize as the portable code, bit for bit", "[kernels][quant][isa][avx512]") {
     if (const auto why = test::level_unavailable(Isa::Avx512); !why.empty()) GEMMA4_SKIP(why);
     check_same_as_portable(detail::avx512::quantize_row);
+}
+
+TEST_CASE("amx path: each group's activations lie block by block, 16 tokens of 32 codes, zero-padded and cache-line aligned", "[kernels][quant][isa][amx]") {
+    if (const auto why = test::level_unavailable(Isa::Amx); !why.empty()) GEMMA4_SKIP(why);
+    using Amx = detail::amx::PanelAmx;
+    constexpr std::int64_t G = Amx::G, B = quant::kBlock;
+    test::Rng rng{7};
+    Amx::TileActs tiles;
+    // Growing sizes reallocate the buffer: each must start on a line (a 32-byte tile row 16 bytes
+    // into a line straddles two).
+    for (std::int64_t tokens : {8, 21, 40}) {
+        const std::int64_t cols = 200;
+        std::vector<float> x(static_cast<std::size_t>(tokens * cols));
+        for (auto& v : x) v = static_cast<float>(rng.symmetric());
+        detail::QuantActs a;
+        detail::shape_activations(tokens, cols, a);
+        detail::quantize_activations({x.data(), cols}, 0, tokens, a);
+        const std::int64_t groups = (tokens + G - 1) / G;
+        tiles.assign(static_cast<std::size_t>(groups * a.blocks * G * B), std::int8_t{99});
+        REQUIRE(reinterpret_cast<std::uintptr_t>(tiles.data()) % detail::kCacheLine == 0);
+        Amx::group_tiles(a, 0, tokens, tiles);
+        for (std::int64_t t = 0; t < groups * G; ++t)
+            for (std::int64_t b = 0; b < a.blocks; ++b) {
+                const std::int8_t* row = tiles.data() + (t / G * a.blocks + b) * Amx::kGroupBlockBytes + t % G * B;
+                INFO("tokens " << tokens << " token " << t << " block " << b);
+                if (t < tokens) CHECK(std::memcmp(row, a.q_row(t) + b * B, B) == 0);
+                else CHECK(std::all_of(row, row + B, [](std::int8_t c) { return c == 0; }));
+            }
+    }
 }

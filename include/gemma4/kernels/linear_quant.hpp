@@ -187,10 +187,10 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
                            : kernel == QuantKernel::AvxVnni ? avxvnni::PanelAvx2::offset(dtype)
                                                             : avx512::PanelVnni::offset(dtype);
         thread_local GroupActs groups;
-        thread_local std::vector<std::int8_t> amx_tiles;
+        thread_local amx::PanelAmx::TileActs amx_tiles;
         // the caller's: lambdas on other threads see their own thread_locals
         GroupActs& ga = groups;
-        std::vector<std::int8_t>& tiles = amx_tiles;
+        amx::PanelAmx::TileActs& tiles = amx_tiles;
         shape_group_acts(a, ga);
         if (amx) tiles.resize(static_cast<std::size_t>((tokens + G - 1) / G * a.blocks * G * quant::kBlock));
         prepare([&](std::int64_t t0, std::int64_t t1) {

@@ -4,9 +4,10 @@
 
 #include <gemma4/abi.hpp>
 
+#include <gemma4/detail/aligned.hpp>
+
 #include <cstddef>
 #include <memory>
-#include <new>
 #include <vector>
 
 namespace gemma4 {
@@ -17,13 +18,13 @@ namespace detail {
 /// point into it).
 struct OwnedBuffers {
     struct AlignedDelete {
-        void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+        void operator()(std::byte* p) const { CacheLineAllocator<std::byte>{}.deallocate(p, 0); }
     };
     std::shared_ptr<const void> parent;
     std::vector<std::unique_ptr<std::byte[], AlignedDelete>> buffers;
-    /// n bytes aligned to a cache line (kernels load whole 64-byte vectors).
+    /// n bytes aligned to a cache line (kernels load whole 64-byte vectors), left uninitialised.
     std::byte* allocate(std::size_t n) {
-        auto* p = static_cast<std::byte*>(::operator new[](n > 0 ? n : 1, std::align_val_t{64}));
+        std::byte* p = CacheLineAllocator<std::byte>{}.allocate(n > 0 ? n : 1);
         buffers.push_back(std::unique_ptr<std::byte[], AlignedDelete>(p));
         return p;
     }

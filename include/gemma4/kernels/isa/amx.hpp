@@ -3,8 +3,10 @@
 // the int8 products per instruction of AVX-512 VNNI, so that a batch of 16 sequences costs about
 // what reading the weights costs. Per block, one tile multiply gives the exact int32 block sums
 // (signed × signed: Q4 nibbles unpacked to code − 8 first), which then take the AVX-512 VNNI
-// kernel's convert and FMA, so both give bit-identical outputs. The tiles of the next two blocks
-// are computed while the vector units scale and add the previous two.
+// kernel's convert and FMA, so both give bit-identical outputs. The pass multiplies two blocks in
+// one set of accumulator tiles, then scales and adds the two before from the other set. (On the
+// Xeons measured the tile and vector work of a core do not overlap, so a step costs their sum;
+// a deeper pipeline of one block at a time measured the same: docs/performance.md.)
 //
 // Linux makes each process request the tile state once (kernels/cpu.hpp); tiles are then
 // configured per thread for the span of one call (TileScope).
@@ -12,6 +14,7 @@
 
 #include <gemma4/abi.hpp>
 
+#include <gemma4/detail/aligned.hpp>
 #include <gemma4/kernels/isa/avx512.hpp>
 #include <gemma4/kernels/quant_acts.hpp>
 #include <gemma4/kernels/rows.hpp>
@@ -72,6 +75,31 @@ struct AmxTiles {
         TileScope& operator=(const TileScope&) = delete;
     };
 };
+/// The tile instructions, with the tile numbers as template arguments (GCC's intrinsics paste
+/// theirs into the instruction text, so they take only literals) and a memory clobber on loads
+/// and stores: GCC's `_tile_loadd` and `_tile_stored` do not tell the compiler that they read or
+/// write memory, so it would be free to move the stores that fill a Q4 tile source below its
+/// load, or the loads of stored sums above their store.
+namespace tile {
+template <int T>
+inline void zero() {
+    asm volatile("tilezero %%tmm%c0" : : "i"(T));
+}
+template <int T>
+inline void load(const void* base, std::int64_t stride) {
+    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" : : "r"(base), "r"(stride), "i"(T) : "memory");
+}
+template <int T>
+inline void store(void* base, std::int64_t stride) {
+    asm volatile("tilestored %%tmm%c2, (%0,%1,1)" : : "r"(base), "r"(stride), "i"(T) : "memory");
+}
+/// C += A · B, signed int8 × signed int8 into int32.
+template <int C, int A, int B>
+inline void dpbssd() {
+    asm volatile("tdpbssd %%tmm%c0, %%tmm%c1, %%tmm%c2" : : "i"(B), "i"(A), "i"(C));
+}
+}  // namespace tile
+
 struct PanelAmx {
     static constexpr int P = static_cast<int>(quant::kPanelRows);
     static constexpr int G = static_cast<int>(kGroupTokens);  ///< tokens per pass: the rows of a tile
@@ -100,9 +128,13 @@ struct PanelAmx {
     /// one sequential stream.
     static constexpr std::int64_t kGroupBlockBytes = G * quant::kBlock;
 
+    /// The groups' activations, laid out by group_tiles: cache-line aligned, so that no 32-byte
+    /// tile row straddles two lines.
+    using TileActs = AlignedVector<std::int8_t>;
+
     /// Tokens [t0, t1) of `a` into `tiles` (sized for all groups), and the zero rows that pad
     /// the last group when t1 is the last token.
-    static void group_tiles(const QuantActs& a, std::int64_t t0, std::int64_t t1, std::vector<std::int8_t>& tiles) {
+    static void group_tiles(const QuantActs& a, std::int64_t t0, std::int64_t t1, TileActs& tiles) {
         const std::int64_t t_end = t1 == a.tokens ? (t1 + G - 1) / G * G : t1;
         for (std::int64_t t = t0; t < t_end; ++t) {
             std::int8_t* g = tiles.data() + t / G * a.blocks * kGroupBlockBytes + t % G * quant::kBlock;
@@ -115,40 +147,26 @@ struct PanelAmx {
     }
 
     /// Block sums of blocks b and b + 1 of the group whose tiles start at `acts` into sums[0],
-    /// sums[1] (16 × 16 int32 each, token-major), in accumulator tiles 0, 1 (first set) or 2, 3
-    /// (second set); A tiles 4, 5 and B tiles 6, 7 (AmxTiles). GCC's tile intrinsics paste their
-    /// tile operands into the instruction text, so they are written as literals.
-    template <bool Q4, bool SecondSet>
+    /// sums[1] (16 × 16 int32 each, token-major), in accumulator tiles 0, 1 (Set 0) or 2, 3
+    /// (Set 1); A tiles 4, 5 and B tiles 6, 7 (AmxTiles).
+    template <bool Q4, int Set>
     static void block_pair(const std::byte* panel, std::int64_t b, const std::int8_t* acts, std::int8_t (*scratch)[512],
                            std::int32_t (*sums)[G * P]) {
-        constexpr std::int64_t q_stride = quant::kBlock;
+        constexpr int c0 = 2 * Set, c1 = 2 * Set + 1;
         const std::int8_t* a0 = acts + b * kGroupBlockBytes;
         const std::int8_t* a1 = a0 + kGroupBlockBytes;
         const std::byte* b0 = block_source<Q4>(panel, b, scratch[0]);
         const std::byte* b1 = block_source<Q4>(panel, b + 1, scratch[1]);
-        if constexpr (!SecondSet) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_loadd(4, a0, q_stride);
-            _tile_loadd(6, b0, 64);
-            _tile_dpbssd(0, 4, 6);
-            _tile_loadd(5, a1, q_stride);
-            _tile_loadd(7, b1, 64);
-            _tile_dpbssd(1, 5, 7);
-            _tile_stored(0, sums[0], 64);
-            _tile_stored(1, sums[1], 64);
-        } else {
-            _tile_zero(2);
-            _tile_zero(3);
-            _tile_loadd(4, a0, q_stride);
-            _tile_loadd(6, b0, 64);
-            _tile_dpbssd(2, 4, 6);
-            _tile_loadd(5, a1, q_stride);
-            _tile_loadd(7, b1, 64);
-            _tile_dpbssd(3, 5, 7);
-            _tile_stored(2, sums[0], 64);
-            _tile_stored(3, sums[1], 64);
-        }
+        tile::zero<c0>();
+        tile::zero<c1>();
+        tile::load<4>(a0, quant::kBlock);
+        tile::load<6>(b0, 64);
+        tile::dpbssd<c0, 4, 6>();
+        tile::load<5>(a1, quant::kBlock);
+        tile::load<7>(b1, 64);
+        tile::dpbssd<c1, 5, 7>();
+        tile::store<c0>(sums[0], 64);
+        tile::store<c1>(sums[1], 64);
     }
 
     /// acc[t] += float(sum[t]) · (w_scale · x_scale[t]) for block b: the VNNI pass's float
@@ -181,8 +199,8 @@ struct PanelAmx {
                     prefetch_block<kType>(panel, b, pf);
                     prefetch_block<kType>(panel, b + 1, pf);
                 }
-                if (b / 2 % 2 == 0) block_pair<Q4, false>(panel, b, acts, scratch[0], sums[0]);
-                else block_pair<Q4, true>(panel, b, acts, scratch[1], sums[1]);
+                if (b / 2 % 2 == 0) block_pair<Q4, 0>(panel, b, acts, scratch[0], sums[0]);
+                else block_pair<Q4, 1>(panel, b, acts, scratch[1], sums[1]);
             }
             if (b >= 2) {
                 const int set = static_cast<int>((b - 2) / 2 % 2);
@@ -204,7 +222,7 @@ struct PanelAmx {
 
 /// Panels [p0, p1) of w for all tokens: the groups of tokens before `vnni_from` take the AMX
 /// pass (`tiles` holds their activations), the others the AVX-512 VNNI pass (`ga`).
-inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, const std::vector<std::int8_t>& tiles,
+inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, const PanelAmx::TileActs& tiles,
                    std::int64_t vnni_from, std::int64_t p0, std::int64_t p1, Rows<float> y) {
     constexpr int P = PanelAmx::P, G = PanelAmx::G;
     using avx512::PanelVnni;
