@@ -1,12 +1,12 @@
 // The AMX level: Intel AMX (Advanced Matrix Extensions) for the Q8/Q4 linear, a tile matrix
-// multiply of 16 tokens × 16 weight rows × 32 int8 codes per instruction (tdpbssd), eight times
-// the int8 products per instruction of AVX-512 VNNI, so that a batch of 16 sequences costs about
-// what reading the weights costs. Per block, one tile multiply gives the exact int32 block sums
-// (signed × signed: Q4 nibbles unpacked to code − 8 first), which then take the AVX-512 VNNI
-// kernel's convert and FMA, so both give bit-identical outputs. The pass multiplies two blocks in
-// one set of accumulator tiles, then scales and adds the two before from the other set. (On the
-// Xeons measured the tile and vector work of a core do not overlap, so a step costs their sum;
-// a deeper pipeline of one block at a time measured the same: docs/performance.md.)
+// multiply of 16 tokens × 16 weight rows × 32 int8 codes per instruction (tdpbssd), eight times the
+// int8 products per instruction of AVX-512 VNNI, so that a step of 16 sequences costs well under
+// twice a step of one (1.7× at 48 layers on the Xeon measured in docs/performance.md). Per block,
+// one tile multiply gives the exact int32 block sums (signed × signed: Q4 nibbles unpacked to code
+// − 8 first), which then take the AVX-512 VNNI kernel's convert and FMA, so both give bit-identical
+// outputs. The pass multiplies two blocks in one set of accumulator tiles, then scales and adds the
+// two before from the other set. (On that Xeon the tile and vector work of a core do not overlap,
+// so a block costs their sum; a deeper pipeline of one block at a time measured the same.)
 //
 // Linux makes each process request the tile state once (kernels/cpu.hpp); tiles are then
 // configured per thread for the span of one call (TileScope).

@@ -45,15 +45,15 @@ inline constexpr std::int64_t kAmdQ8L2OnlyTokens = 4, kAmdQ8AheadL2 = 6144;
 inline constexpr std::int64_t kIntelQ8OneTokenAheadL2 = 8192;
 
 /// The AVX-512 passes' distances, measured on 2-thread machines (docs/performance.md). On Intel
-/// CPUs (a Sapphire Rapids-class Xeon) the one-token Q8 pass prefetches into L2 only: the bare
-/// pass streamed 13 % faster so (27.5–28.6 against 24.3–24.5 GB/s, any distance from 4 to 16
-/// KiB), the L1 lines then come from the hardware prefetcher; the rest keep the distances they
-/// were tuned with. On AMD CPUs (a Zen 5) the one-token pass leaves the stream to the hardware
-/// prefetchers (the model decoded 3–5 % (int8) and 7–8 % (int4) faster so, while the AVX2 passes,
-/// which take longer per byte, need theirs), and a Q8 pass of 4 or more tokens prefetches into L2
-/// only: the bare passes streamed 4, 8 and 16 tokens 30, 22 and 11 % faster so, the model's steps
-/// of 4, 8 and 16 sequences 6, 4 and 3–11 % (2 sequences: 9 % slower, hence the bound). Q4, with
-/// half the lines per block, keeps both levels.
+/// CPUs (a Sapphire Rapids-class Xeon) the one-token Q8 pass prefetches into L2 only: the bare pass
+/// streamed about 14 % faster so (27.4–28.6 against 24.3–24.5 GB/s, any distance from 4 to 16 KiB;
+/// the model decoded 2–4 % faster), the L1 lines then come from the hardware prefetcher; the rest
+/// keep the distances they were tuned with. On AMD CPUs (a Zen 5) the one-token pass leaves the
+/// stream to the hardware prefetchers (the model decoded 3–5 % (int8) and 7–8 % (int4) faster so,
+/// while the AVX2 passes, which take longer per byte, need theirs), and a Q8 pass of 4 or more
+/// tokens prefetches into L2 only: the bare passes streamed 4, 8 and 16 tokens 30, 22 and 11 %
+/// faster so, the model's steps of 4, 8 and 16 sequences 6, 4 and 3–11 % (2 sequences: 9 % slower,
+/// hence the bound). Q4, with half the lines per block, keeps both levels.
 inline PanelPrefetch avx512_panel_prefetch(DType t, std::int64_t tokens, const CpuFeatures& cpu) {
     if (!cpu.amd) return t == DType::Q8 && tokens == 1 ? PanelPrefetch{0, kIntelQ8OneTokenAheadL2} : panel_prefetch(t, tokens);
     if (tokens == 1) return {};
