@@ -75,6 +75,7 @@ struct AmxTiles {
         TileScope& operator=(const TileScope&) = delete;
     };
 };
+
 /// The tile instructions, with the tile numbers as template arguments (GCC's intrinsics paste
 /// theirs into the instruction text, so they take only literals) and a memory clobber on loads
 /// and stores: GCC's `_tile_loadd` and `_tile_stored` do not tell the compiler that they read or
