@@ -55,7 +55,10 @@ inline constexpr std::int64_t kIntelQ8OneTokenAheadL2 = 8192;
 /// faster so, the model's steps of 4, 8 and 16 sequences 6, 4 and 3–11 % (2 sequences: 9 % slower,
 /// hence the bound). Q4, with half the lines per block, keeps both levels.
 inline PanelPrefetch avx512_panel_prefetch(DType t, std::int64_t tokens, const CpuFeatures& cpu) {
-    if (!cpu.amd) return t == DType::Q8 && tokens == 1 ? PanelPrefetch{0, kIntelQ8OneTokenAheadL2} : panel_prefetch(t, tokens);
+    if (!cpu.amd) {
+        if (t == DType::Q8 && tokens == 1) return {0, kIntelQ8OneTokenAheadL2};
+        return panel_prefetch(t, tokens);
+    }
     if (tokens == 1) return {};
     if (t == DType::Q8 && tokens >= kAmdQ8L2OnlyTokens) return {0, kAmdQ8AheadL2};
     return panel_prefetch(t, tokens);
