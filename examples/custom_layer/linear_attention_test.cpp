@@ -25,14 +25,20 @@ struct Recorder {
     }
 };
 
+/// A small random checkpoint, private to this process (ctest runs the test cases in parallel
+/// processes) and removed when it exits.
+struct ScratchCheckpoint {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() / ("gemma4_custom_layer_test." + std::to_string(::getpid()));
+    ScratchCheckpoint() { gemma4::write_random_checkpoint(dir, gemma4::tiny_config(), {.seed = 17}); }
+    ~ScratchCheckpoint() {
+        std::error_code ignored;
+        std::filesystem::remove_all(dir, ignored);
+    }
+};
+
 std::filesystem::path checkpoint() {
-    static const auto dir = [] {
-        // Private to this process: ctest runs the test cases in parallel processes.
-        const auto d = std::filesystem::temp_directory_path() / ("gemma4_custom_layer_test." + std::to_string(::getpid()));
-        gemma4::write_random_checkpoint(d, gemma4::tiny_config(), {.seed = 17});
-        return d;
-    }();
-    return dir;
+    static const ScratchCheckpoint scratch;
+    return scratch.dir;
 }
 
 }  // namespace

@@ -402,6 +402,11 @@ TEST_CASE("bad logits and token ids are rejected", "[sampler]") {
     const std::vector<float> with_inf{0.0f, std::numeric_limits<float>::infinity()};
     REQUIRE_THROWS_AS(greedy.sample(with_inf), InvalidArgument);
     REQUIRE_THROWS_WITH(greedy.sample(with_inf), Catch::Contains("logit of token 1 is +inf"));
+    // after the maximum, where no new maximum is taken
+    const std::vector<float> nan_after_max{5.0f, 1.0f, std::numeric_limits<float>::quiet_NaN(), 5.0f};
+    REQUIRE_THROWS_WITH(greedy.sample(nan_after_max), Catch::Contains("logit of token 2 is NaN"));
+    const std::vector<float> inf_after_max{5.0f, 1.0f, 2.0f, std::numeric_limits<float>::infinity()};
+    REQUIRE_THROWS_WITH(greedy.sample(inf_after_max), Catch::Contains("logit of token 3 is +inf"));
 
     REQUIRE_THROWS_AS(sampler.accept(-1), InvalidArgument);
     REQUIRE_THROWS_WITH(sampler.accept(-1), Catch::Contains("token id -1 is negative"));
@@ -415,4 +420,20 @@ TEST_CASE("bad logits and token ids are rejected", "[sampler]") {
     REQUIRE_THROWS_AS(penalised.sample(small), InvalidArgument);
     REQUIRE_THROWS_WITH(penalised.sample(small),
                         Catch::Contains("token id 10 is outside the vocabulary of 2 logits"));
+}
+
+TEST_CASE("double logits are sampled as their float values", "[sampler]") {
+    std::vector<double> logits(300);
+    for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.37 * static_cast<double>(i)) * 4.0 + 1e-9 * static_cast<double>(i);
+    const std::vector<float> as_float(logits.begin(), logits.end());
+    for (const SamplingParams& p : {SamplingParams{.temperature = 0.0}, SamplingParams{.temperature = 0.9, .top_p = 0.95, .seed = 3},
+                                    SamplingParams{.temperature = 1.3, .top_k = 20, .seed = 8, .suppress_tokens = {7, 11}}}) {
+        Sampler from_double(p), from_float(p);
+        for (int draw = 0; draw < 50; ++draw) {
+            const std::int32_t a = from_double.sample(std::span<const double>(logits)), b = from_float.sample(as_float);
+            REQUIRE(a == b);
+            from_double.accept(a);
+            from_float.accept(b);
+        }
+    }
 }

@@ -8,6 +8,7 @@
 #include "support/reference_model.hpp"
 #include "support/temp_dir.hpp"
 
+#include <cstring>
 #include <map>
 
 using namespace gemma4;
@@ -204,6 +205,48 @@ TEST_CASE("batched sequences equal each sequence alone", "[model][batch]") {
         const Logits<double> alone = model.logits(seqs[i]);
         REQUIRE(got[i].size() == alone.values.size());
         CHECK(relative_error(got[i].data(), alone.values.data(), got[i].size()) <= 1e-13);
+    }
+}
+
+TEST_CASE("forward_into equals forward bit for bit and reuses its buffers when the rows repeat", "[model][batch]") {
+    const auto dir = test::temp_dir("model_forward_into");
+    const Gemma4Config c = tiny_config();
+    write_random_checkpoint(dir, c, {.seed = 52, .dtype = DType::BF16});
+    const Model<float> model = Model<float>::load(dir);
+    const auto a = test_ids(9, c.vocab_size, 4), b = test_ids(6, c.vocab_size, 5);
+    KVCache<float> fresh = model.make_cache(), reused = model.make_cache();
+    const SeqId fa = fresh.add_sequence(), fb = fresh.add_sequence(), ra = reused.add_sequence(), rb = reused.add_sequence();
+    Logits<float> out;
+    const float* values_before = nullptr;
+    const float* hidden_before = nullptr;
+    // steps: two prompts' last logits, all logits of one, then three two-row decode steps
+    for (int step = 0; step < 5; ++step) {
+        const std::size_t at = step == 0 ? 0 : step == 1 ? 3 : static_cast<std::size_t>(step + 3);
+        std::vector<SequenceChunk> fb_batch, rb_batch;
+        if (step == 0) {
+            fb_batch = {{fa, std::span<const std::int32_t>(a).first(3)}, {fb, std::span<const std::int32_t>(b).first(3)}};
+        } else if (step == 1) {
+            fb_batch = {{fa, std::span<const std::int32_t>(a).subspan(3, 2), /*all_logits=*/true}};
+        } else {
+            fb_batch = {{fa, std::span<const std::int32_t>(a).subspan(at, 1)}, {fb, std::span<const std::int32_t>(b).subspan(at - 2, 1)}};
+        }
+        rb_batch = fb_batch;
+        for (std::size_t i = 0; i < rb_batch.size(); ++i) rb_batch[i].seq = rb_batch[i].seq == fa ? ra : rb;
+        const Logits<float> want = model.forward(fb_batch, fresh, LogitsMode::Last);
+        model.forward_into(rb_batch, reused, SoftTokens<float>{}, LogitsMode::Last, out);
+        INFO("step " << step);
+        REQUIRE(out.rows == want.rows);
+        REQUIRE(out.vocab == want.vocab);
+        REQUIRE(out.values.size() == want.values.size());
+        REQUIRE(out.hidden.size() == want.hidden.size());
+        CHECK(std::memcmp(out.values.data(), want.values.data(), want.values.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(out.hidden.data(), want.hidden.data(), want.hidden.size() * sizeof(float)) == 0);
+        if (step >= 3) {  // two rows again, as the step before: the same buffers
+            CHECK(out.values.data() == values_before);
+            CHECK(out.hidden.data() == hidden_before);
+        }
+        values_before = out.values.data();
+        hidden_before = out.hidden.data();
     }
 }
 

@@ -724,9 +724,9 @@ private:
             block_offset += top + 1;
         }
 
-        Logits<T> logits;
+        Logits<T>& logits = logits_;
         try {
-            logits = model_->forward(std::span<const SequenceChunk>(batch), cache_, SoftTokens<T>{soft_rows, soft_blocks}, LogitsMode::Last);
+            model_->forward_into(std::span<const SequenceChunk>(batch), cache_, SoftTokens<T>{soft_rows, soft_blocks}, LogitsMode::Last, logits);
         } catch (...) {
             // Not attributable to one request (submit validated each): the step's requests fail.
             const std::exception_ptr error = std::current_exception();
@@ -875,9 +875,7 @@ private:
         EngineResult& r = job.result;
         if (r.stats.generated_tokens >= o.max_new_tokens) return FinishReason::MaxTokens;
         if (job.cancelled()) return FinishReason::Cancelled;
-        row_.resize(logits.size());
-        for (std::size_t i = 0; i < logits.size(); ++i) row_[i] = static_cast<float>(logits[i]);
-        const std::int32_t id = job.sampler->sample(row_);
+        const std::int32_t id = job.sampler->sample(logits);
         job.sampler->accept(id);
         if (!job.first) {
             job.first = clock::now();
@@ -1048,7 +1046,7 @@ private:
     std::int32_t running_ = 0;  // admitted, not finished
     bool prefix_pages_dirty_ = false;
     std::int64_t prefix_cache_pages_ = 0;
-    std::vector<float> row_;
+    Logits<T> logits_;  // the last step's, its buffers reused by the next
 
     std::mutex shutdown_mutex_;
     std::thread thread_;  // last: starts once everything above exists

@@ -112,10 +112,13 @@ inline std::size_t argmax_checked(std::span<const float> scores) {
     float best_score = -std::numeric_limits<float>::infinity();
     for (std::size_t i = 0; i < scores.size(); ++i) {
         const float s = scores[i];
-        if (std::isnan(s) || s == std::numeric_limits<float>::infinity())
-            throw InvalidArgument("Sampler: logit of token " + std::to_string(i) + " is " +
-                                  (std::isnan(s) ? "NaN" : "+inf"));
-        if (s > best_score) {  // strict: the first (lowest) id of equal maxima stays
+        // One comparison per logit (a step of 16 sequences scans 4 M of them): true for a new
+        // maximum and for NaN, which then alone pay the checks. Not `<`: the first (lowest) id
+        // of equal maxima stays.
+        if (!(s <= best_score)) [[unlikely]] {
+            if (std::isnan(s) || s == std::numeric_limits<float>::infinity())
+                throw InvalidArgument("Sampler: logit of token " + std::to_string(i) + " is " +
+                                      (std::isnan(s) ? "NaN" : "+inf"));
             best = i;
             best_score = s;
         }
@@ -289,6 +292,12 @@ public:
         return candidates_.back().id;  // u rounded up to the total: the last token is the fair pick
     }
 
+    /// The same for double logits (Model<double>): sampled from their float values.
+    std::int32_t sample(std::span<const double> logits) {
+        as_float_.assign(logits.begin(), logits.end());
+        return sample(std::span<const float>(as_float_));
+    }
+
 private:
     bool needs_transform() const {
         return params_.repetition_penalty != 1.0 || params_.presence_penalty != 0.0 ||
@@ -302,6 +311,7 @@ private:
     detail::Xoshiro256 rng_;
     detail::TokenHistory history_;
     std::vector<float> transformed_;
+    std::vector<float> as_float_;
     std::vector<detail::Candidate> candidates_;
 };
 

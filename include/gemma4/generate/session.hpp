@@ -175,8 +175,8 @@ public:
             std::int64_t rows_in = 0;
             for (std::size_t i = at; i < end; ++i) rows_in += model_->is_placeholder(feed[i]);
             const SequenceChunk part{seq_, std::span<const std::int32_t>(feed).subspan(at, end - at)};
-            logits = model_->forward(std::span<const SequenceChunk>(&part, 1), cache_, plan.slice(at, end, rows_before, rows_in, H),
-                                     LogitsMode::Last);
+            model_->forward_into(std::span<const SequenceChunk>(&part, 1), cache_, plan.slice(at, end, rows_before, rows_in, H),
+                                 LogitsMode::Last, logits);
             rows_before += rows_in;
             at = end;
         }
@@ -187,7 +187,6 @@ public:
         std::optional<StreamingDecoder> decoder;
         if (tokenizer_) decoder.emplace(*tokenizer_);
         StopMatcher stops(options.stop_strings);
-        std::vector<float> row(static_cast<std::size_t>(logits.vocab));
         std::optional<clock::time_point> first;
         const SpeculativeOptions& spec = options.speculative;
         // Rejected drafts are rolled back; their sliding pages must outlive the step.
@@ -210,9 +209,7 @@ public:
                     done = true;
                     break;
                 }
-                const auto z = logits.row(r);
-                for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>(z[i]);
-                const std::int32_t id = sampler.sample(row);
+                const std::int32_t id = sampler.sample(logits.row(r));
                 random_.state = sampler.rng_state();
                 sampler.accept(id);
                 ++rows_used;
@@ -252,7 +249,7 @@ public:
             feed.insert(feed.end(), drafts.begin(), drafts.end());
             step_start = cache_.length(seq_);
             const SequenceChunk part{seq_, feed, /*all_logits=*/!drafts.empty()};
-            logits = model_->forward(std::span<const SequenceChunk>(&part, 1), cache_, LogitsMode::Last);
+            model_->forward_into(std::span<const SequenceChunk>(&part, 1), cache_, SoftTokens<T>{}, LogitsMode::Last, logits);
             pending_.clear();
             ++result.stats.decode_steps;
             result.stats.drafted_tokens += static_cast<std::int64_t>(drafts.size());

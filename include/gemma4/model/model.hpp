@@ -154,6 +154,18 @@ public:
     template <class Obs = NoObserver>
     Logits<T> forward(std::span<const SequenceChunk> batch, KVCache<T>& cache, const SoftTokens<T>& soft,
                       LogitsMode mode = LogitsMode::All, Obs&& obs = {}) const {
+        Logits<T> out;
+        forward_into(batch, cache, soft, mode, out, std::forward<Obs>(obs));
+        return out;
+    }
+
+    /// The same into `out`, whose buffers are reused: a caller that steps again and again (a
+    /// Session, the Engine) keeps one Logits, and a step of as many rows as the last one neither
+    /// allocates nor clears its rows × vocabulary values (16 MB at batch 16) before the LM head
+    /// overwrites them.
+    template <class Obs = NoObserver>
+    void forward_into(std::span<const SequenceChunk> batch, KVCache<T>& cache, const SoftTokens<T>& soft, LogitsMode mode,
+                      Logits<T>& out, Obs&& obs = {}) const {
         const Gemma4Config& c = ck_.config;
         const std::int64_t H = c.hidden_size;
         const StepTokens tokens = plan_step(batch, cache, soft);
@@ -194,18 +206,18 @@ public:
             end += len;
         }
         const auto r = static_cast<std::int64_t>(rows.size());
-        std::vector<T> h(static_cast<std::size_t>(r * H));
-        for (std::int64_t i = 0; i < r; ++i)
-            final_norm_(x.data() + rows[static_cast<std::size_t>(i)] * H, H, h.data() + i * H, H, 1);
-        tap(obs, -1, "final_norm", h.data(), r, H, H);
+        out.rows = r;
+        out.vocab = c.vocab_size;
+        out.hidden.resize(static_cast<std::size_t>(r * H));
+        T* h = out.hidden.data();
+        for (std::int64_t i = 0; i < r; ++i) final_norm_(x.data() + rows[static_cast<std::size_t>(i)] * H, H, h + i * H, H, 1);
+        tap(obs, -1, "final_norm", h, r, H, H);
 
         // lm_head: z = h·Eᵀ (tied), logits = cap · tanh(z / cap)
-        Logits<T> out{r, c.vocab_size, std::vector<T>(static_cast<std::size_t>(r * c.vocab_size)), {}};
-        linear<T>(ck_.weights.embed_tokens, {h.data(), H}, {out.values.data(), c.vocab_size}, r, *pool_);
+        out.values.resize(static_cast<std::size_t>(r * c.vocab_size));
+        linear<T>(ck_.weights.embed_tokens, {h, H}, {out.values.data(), c.vocab_size}, r, *pool_);
         kernels::softcap_rows(out.values.data(), r, c.vocab_size, static_cast<T>(c.final_logit_softcapping), *pool_);
         tap(obs, -1, "lm_head", out.values.data(), r, c.vocab_size, c.vocab_size);
-        out.hidden = std::move(h);
-        return out;
     }
 
     /// One sequence's next ids.
