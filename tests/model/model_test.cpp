@@ -221,19 +221,20 @@ TEST_CASE("forward_into equals forward bit for bit and reuses its buffers when t
     const float* hidden_before = nullptr;
     // steps: two prompts' last logits, all logits of one, then three two-row decode steps
     for (int step = 0; step < 5; ++step) {
-        const std::size_t at = step == 0 ? 0 : step == 1 ? 3 : static_cast<std::size_t>(step + 3);
-        std::vector<SequenceChunk> fb_batch, rb_batch;
+        const std::span<const std::int32_t> sa(a), sb(b);
+        std::vector<SequenceChunk> fresh_batch;
         if (step == 0) {
-            fb_batch = {{fa, std::span<const std::int32_t>(a).first(3)}, {fb, std::span<const std::int32_t>(b).first(3)}};
+            fresh_batch = {{fa, sa.first(3)}, {fb, sb.first(3)}};
         } else if (step == 1) {
-            fb_batch = {{fa, std::span<const std::int32_t>(a).subspan(3, 2), /*all_logits=*/true}};
-        } else {
-            fb_batch = {{fa, std::span<const std::int32_t>(a).subspan(at, 1)}, {fb, std::span<const std::int32_t>(b).subspan(at - 2, 1)}};
+            fresh_batch = {{fa, sa.subspan(3, 2), /*all_logits=*/true}};
+        } else {  // a[5..7] and b[3..5], one id each
+            const auto i = static_cast<std::size_t>(step);
+            fresh_batch = {{fa, sa.subspan(i + 3, 1)}, {fb, sb.subspan(i + 1, 1)}};
         }
-        rb_batch = fb_batch;
-        for (std::size_t i = 0; i < rb_batch.size(); ++i) rb_batch[i].seq = rb_batch[i].seq == fa ? ra : rb;
-        const Logits<float> want = model.forward(fb_batch, fresh, LogitsMode::Last);
-        model.forward_into(rb_batch, reused, SoftTokens<float>{}, LogitsMode::Last, out);
+        std::vector<SequenceChunk> reused_batch = fresh_batch;
+        for (SequenceChunk& chunk : reused_batch) chunk.seq = chunk.seq == fa ? ra : rb;
+        const Logits<float> want = model.forward(fresh_batch, fresh, LogitsMode::Last);
+        model.forward_into(reused_batch, reused, SoftTokens<float>{}, LogitsMode::Last, out);
         INFO("step " << step);
         REQUIRE(out.rows == want.rows);
         REQUIRE(out.vocab == want.vocab);
