@@ -353,6 +353,159 @@ TEST_CASE("a request reuses a cached prompt prefix (longer than the window) exac
     CHECK(engine.stats().prefix_misses == s.prefix_misses + 1);
 }
 
+/// n ids from `seed` without the BOS that prompt_ids starts with: a prompt's continuation.
+std::vector<std::int32_t> tail_ids(int seed, std::size_t n) {
+    auto ids = prompt_ids(seed, n + 1);
+    ids.erase(ids.begin());
+    return ids;
+}
+
+TEST_CASE("a prompt sharing a page or more with a kept one reuses the shared ids, where the window is still held", "[engine][prefix]") {
+    const Model<float>& model = fixture().model;
+    const std::int64_t window = model.config().sliding_window;
+    REQUIRE(window == 8);
+    Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 16, .prefix_cache_entries = 8});
+    const auto system = prompt_ids(40, 40);
+    const auto q1 = tail_ids(41, 10), q2 = tail_ids(42, 10);
+    REQUIRE(q1[0] != q2[0]);  // the two prompts part right after `system`
+    const auto first = concat(system, q1), second = concat(system, q2);
+    check_same(engine.submit(request(first, greedy(4))).wait(), lone(model, first, greedy(4)));
+    CHECK(engine.stats().prefix_misses == 1);
+
+    // 40 shared ids of a 50-id prompt: the fork is cut back to 40, whose window (positions
+    // 33-39) the kept state still holds.
+    std::int64_t prefilled = engine.stats().prefilled_tokens;
+    const EngineResult r2 = engine.submit(request(second, greedy(6))).wait();
+    check_same(r2, lone(model, second, greedy(6)));
+    CHECK(r2.stats.reused_tokens == 40);
+    CHECK(engine.stats().prefilled_tokens - prefilled == 10);
+    // Seeded sampling over a cut-back prefix draws the lone session's tokens too.
+    const auto third = concat(system, tail_ids(43, 25));
+    const EngineResult r3 = engine.submit(request(third, seeded(12, 5))).wait();
+    check_same(r3, lone(model, third, seeded(12, 5)));
+    CHECK(r3.stats.reused_tokens == 40);
+
+    // A kept state long past the point where a prompt parts from it no longer holds the window
+    // there: not reused.
+    const auto short_system = prompt_ids(44, 20);
+    const auto long_prompt = concat(short_system, tail_ids(45, 60));
+    check_same(engine.submit(request(long_prompt, greedy(2))).wait(), lone(model, long_prompt, greedy(2)));
+    const auto parted = concat(short_system, tail_ids(46, 5));
+    REQUIRE(parted[20] != long_prompt[20]);
+    const EngineResult r4 = engine.submit(request(parted, greedy(3))).wait();
+    check_same(r4, lone(model, parted, greedy(3)));
+    CHECK(r4.stats.reused_tokens == 0);
+
+    // Fewer shared ids than a page are not reused.
+    const auto brief = concat(prompt_ids(40, 12), tail_ids(47, 30));
+    REQUIRE(brief[12] != system[12]);
+    CHECK(engine.submit(request(brief, greedy(2))).wait().stats.reused_tokens == 0);
+
+    const EngineStats s = engine.stats();
+    CHECK(s.prefix_hits == 2);
+    CHECK(s.prefix_reused_tokens == 80);
+    CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+}
+
+TEST_CASE("the next turn of a conversation reuses its history, the ids it generated included", "[engine][prefix]") {
+    const Model<float>& model = fixture().model;
+    Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 16, .prefix_cache_entries = 4});
+    const auto turn1 = prompt_ids(50, 30);
+    const EngineResult r1 = engine.submit(request(turn1, endless(12))).wait();
+    check_same(r1, lone(model, turn1, endless(12)));
+    REQUIRE(r1.ids.size() == 12);
+    // The next prompt repeats the reply and adds a turn: all but the last generated id (never
+    // fed) come from the cache.
+    const auto turn2 = concat(concat(turn1, r1.ids), tail_ids(51, 9));
+    const std::int64_t prefilled = engine.stats().prefilled_tokens;
+    const EngineResult r2 = engine.submit(request(turn2, greedy(8))).wait();
+    check_same(r2, lone(model, turn2, greedy(8)));
+    CHECK(r2.stats.reused_tokens == 30 + 11);
+    CHECK(engine.stats().prefilled_tokens - prefilled == 1 + 9);
+    const EngineStats s = engine.stats();
+    CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+    CHECK(s.prefix_entries <= 4);
+}
+
+TEST_CASE("requests that arrive together with a shared prompt prefill it once", "[engine][prefix]") {
+    const Model<float>& model = fixture().model;
+    const auto system = prompt_ids(60, 40);
+    std::vector<std::vector<std::int32_t>> prompts;
+    for (int i = 0; i < 3; ++i) prompts.push_back(concat(system, tail_ids(61, 10)));  // the same prompt three times
+    for (int i = 0; i < 3; ++i) prompts.push_back(concat(system, tail_ids(62 + i, 10)));
+    std::vector<GenerationResult> expected;
+    for (std::size_t i = 0; i < prompts.size(); ++i) expected.push_back(lone(model, prompts[i], i % 2 ? seeded(9, 3 + i) : greedy(9)));
+
+    SECTION("the first is prefilled, the others wait for its state") {
+        Engine<float> engine(model, &fixture().tokenizer, {.max_sequences = 8, .step_tokens = 16, .prefix_cache_entries = 8});
+        // A running request holds the scheduler in its callback until all six are queued, so
+        // that one admission takes them together, before any of their prompts is kept.
+        std::atomic<bool> queued{false};
+        GenerateOptions holder = endless(3);
+        holder.on_token = [&queued](std::int32_t, std::string_view) {
+            while (!queued) std::this_thread::sleep_for(100us);
+            return true;
+        };
+        const RequestHandle held = engine.submit(request(prompt_ids(69, 5), holder));
+        wait_until([&] { return engine.stats().generated_tokens >= 1; });
+        const std::int64_t prefilled = engine.stats().prefilled_tokens;
+        std::vector<RequestHandle> handles;
+        for (std::size_t i = 0; i < prompts.size(); ++i)
+            handles.push_back(engine.submit(request(prompts[i], i % 2 ? seeded(9, 3 + i) : greedy(9))));
+        queued = true;
+        for (std::size_t i = 0; i < prompts.size(); ++i) {
+            INFO("request " << i);
+            const EngineResult r = handles[i].wait();
+            check_same(r, expected[i]);
+            CHECK(r.stats.reused_tokens == (i == 0 ? 0 : i < 3 ? 49 : 40));
+        }
+        held.wait();
+        // 50 ids once, then one id of each repeat and ten of each other question.
+        CHECK(engine.stats().prefilled_tokens - prefilled == 50 + 2 * 1 + 3 * 10);
+        const EngineStats s = engine.stats();
+        CHECK(s.prefix_hits == 5);
+        CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+    }
+
+    SECTION("when the first is cancelled during its prefill, the others prefill their own") {
+        std::atomic<bool> queued{false}, cancel_first{false};
+        // The first step that holds more than the holder's chunk prefills the first one's first
+        // chunk (the others wait for it) beside the holder's next id.
+        Engine<float> engine(model, &fixture().tokenizer,
+                             {.max_sequences = 8, .step_tokens = 16, .prefix_cache_entries = 8, .on_step = [&](const EngineStepInfo& step) {
+                                  if (step.sequences > 1 && step.prefill_tokens > 0) cancel_first = true;
+                              }});
+        GenerateOptions holder = endless(3);
+        holder.on_token = [&queued](std::int32_t, std::string_view) {
+            while (!queued) std::this_thread::sleep_for(100us);
+            return true;
+        };
+        const RequestHandle held = engine.submit(request(prompt_ids(69, 5), holder));
+        wait_until([&] { return engine.stats().generated_tokens >= 1; });
+        std::vector<RequestHandle> handles;
+        GenerateOptions first = greedy(9);
+        first.cancel = &cancel_first;
+        handles.push_back(engine.submit(request(prompts[0], first)));
+        for (std::size_t i = 3; i < prompts.size(); ++i) handles.push_back(engine.submit(request(prompts[i], i % 2 ? seeded(9, 3 + i) : greedy(9))));
+        queued = true;
+        const EngineResult r0 = handles[0].wait();
+        CHECK(r0.finish == FinishReason::Cancelled);
+        CHECK(r0.ids.empty());
+        for (std::size_t k = 1; k < handles.size(); ++k) {
+            INFO("request " << k + 2);
+            const EngineResult r = handles[k].wait();
+            check_same(r, expected[k + 2]);
+            CHECK(r.stats.reused_tokens == 0);  // nothing was kept to wait for
+        }
+        held.wait();
+        const EngineStats s = engine.stats();
+        CHECK(s.prefix_hits == 0);
+        CHECK(s.requests_cancelled == 1);
+        CHECK(s.active_sequences == 0);
+        CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+    }
+}
+
 TEST_CASE("cancellation by handle, flag and callback frees the request's pages", "[engine]") {
     const Model<float>& model = fixture().model;
     for (const std::int32_t entries : {0, 4}) {
@@ -498,10 +651,11 @@ TEST_CASE("the queue bound rejects, the KV budget makes requests wait, the conte
         // Room for two running requests; kept prompts take what is left and are evicted before a request waits.
         const std::size_t budget = 2 * need + need / 4;
         Engine<float> engine(model, &f.tokenizer, {.kv_bytes = budget, .prefix_cache_entries = 8});
-        for (int i = 0; i < 2; ++i)  // one at a time: each prompt is kept
+        for (int i = 0; i < 2; ++i)  // one at a time: each prompt is kept, and each conversation as the budget allows
             check_same(engine.submit(request(prompt_ids(100 + i, 30), greedy(20))).wait(), lone(model, prompt_ids(100 + i, 30), greedy(20)));
         EngineStats s = engine.stats();
-        REQUIRE(s.prefix_entries == 2);
+        REQUIRE(s.prefix_entries >= 2);
+        CHECK(s.kv_bytes_reserved <= budget);
         CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
         CHECK(s.kv_bytes_reserved > 0);
         // Two at once need the whole budget but those two kept prompts' share: both are evicted.

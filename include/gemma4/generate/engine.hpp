@@ -7,8 +7,14 @@
 // freeze the other streams. Admission is by memory: each running request reserves the KV pages
 // it may need at most (its prompt plus max_new_tokens, within the context; sliding layers only
 // their window), and prompts cached for reuse count too; requests that do not fit wait in a
-// bounded FIFO. A prompt that starts with an earlier prompt forks that prompt's pages (sliding
-// window state included) and prefills only the rest.
+// bounded FIFO.
+//
+// Prefix reuse: the state at the end of each prompt, and at the end of each finished
+// conversation, is kept (LRU). A prompt that shares a page or more of ids with a kept one forks
+// its pages, cut back to the shared ids (the sliding window's pages at that point included), and
+// prefills only the rest: a system prompt shared by many users, or a conversation's history when
+// its next turn comes. A prompt that shares as much with a prompt still being prefilled waits for
+// that one's state instead of computing the same K/V beside it.
 //
 // Every forward kernel gives a token's outputs bit for bit whatever else shares its step, and a
 // request samples with its own Sampler, decoder and stop matcher as Session does, so each
@@ -323,6 +329,9 @@ private:
         std::vector<T> hidden;              ///< final-normed state of the row that sampled `pending`
         std::vector<std::int32_t> feed;     ///< this step's ids: pending, then the drafts
         std::int64_t step_start = 0;        ///< the cache's length before this step
+        /// A running request whose prompt shares more of this one's than the prefix cache holds:
+        /// this one's prefill waits until that prompt's state is kept (or that request ends).
+        std::uint64_t follows = 0;
         /// The conversation of resume_from, read by submit; its pages move into the engine's
         /// cache at admission.
         std::optional<SessionFileContents<T>> resumed;
@@ -342,6 +351,16 @@ private:
         std::size_t bytes;
         std::uint64_t last_use;
     };
+
+    /// Entry `index` of the prefix cache gives the first `length` ids of a prompt.
+    struct PrefixMatch {
+        std::size_t index;
+        std::int64_t length;
+    };
+
+    /// Shorter shared prefixes are not reused: every chat prompt shares its first few template
+    /// ids, and a fork for them would save less than the page it copies.
+    static constexpr std::int64_t kMinReuse = KVCache<T>::kPageSize;
 
     static std::int64_t checked_context(const Model<T>& model, const EngineOptions& o) {
         const std::int64_t max = model.config().max_position_embeddings;
@@ -501,15 +520,61 @@ private:
         if (!dropped.empty()) publish();
     }
 
-    /// The longest stored prompt that is a proper prefix of `ids` (one id at least is left to feed).
-    std::optional<std::size_t> longest_prefix(const std::vector<std::int32_t>& ids) const {
-        std::optional<std::size_t> best;
+    /// How many first ids `a` and `b` share, at most `limit`.
+    static std::int64_t common_prefix(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b, std::size_t limit) {
+        const std::size_t n = std::min({a.size(), b.size(), limit});
+        return std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first - a.begin();
+    }
+
+    /// The first page slot of sliding layers that a query at position `length` - 1 sees.
+    std::int64_t window_slot(std::int64_t length) const {
+        return std::max<std::int64_t>(0, length - cache_.window() + 1) / KVCache<T>::kPageSize;
+    }
+
+    /// The lowest sliding page slot sequence s holds (0 without sliding layers).
+    std::int64_t first_sliding_slot(SeqId s) const {
+        if (!layers_of_[0]) return 0;
+        std::int64_t j = 0;
+        while (j * KVCache<T>::kPageSize < cache_.length(s) && cache_.page_of(s, AttentionKind::Sliding, j * KVCache<T>::kPageSize) < 0) ++j;
+        return j;
+    }
+
+    /// How many first ids of `ids` entry e can give: the ids they share, one at least left to
+    /// feed, if that is a page or more and e still holds the sliding pages a query there sees
+    /// (when e is longer: KVCache::truncate cuts a fork of it back).
+    std::int64_t usable_prefix(const PrefixEntry& e, const std::vector<std::int32_t>& ids) const {
+        const std::int64_t n = common_prefix(e.ids, ids, ids.size() - 1);
+        if (n < kMinReuse) return 0;
+        return n == static_cast<std::int64_t>(e.ids.size()) || first_sliding_slot(e.seq) <= window_slot(n) ? n : 0;
+    }
+
+    /// The entry that gives the most first ids of `ids`.
+    std::optional<PrefixMatch> longest_prefix(const std::vector<std::int32_t>& ids) const {
+        std::optional<PrefixMatch> best;
         for (std::size_t i = 0; i < prefixes_.size(); ++i) {
-            const auto& e = prefixes_[i].ids;
-            if (e.size() < ids.size() && std::equal(e.begin(), e.end(), ids.begin()) && (!best || e.size() > prefixes_[*best].ids.size()))
-                best = i;
+            const std::int64_t n = usable_prefix(prefixes_[i], ids);
+            if (n > 0 && (!best || n > best->length)) best = PrefixMatch{i, n};
         }
         return best;
+    }
+
+    /// A running request still prefilling a prompt that shares more of `job`'s than the prefix
+    /// cache gives (`have` ids), and whose kept state will still hold the window where they part;
+    /// its id, or 0.
+    std::uint64_t prompt_to_follow(const Job& job, std::int64_t have) const {
+        if (!options_.prefix_cache_entries || !job.cacheable) return 0;
+        const auto& ids = job.request.prompt;
+        std::uint64_t leader = 0;
+        std::int64_t most = std::max(have, kMinReuse - 1);
+        for (const auto& owned : active_) {
+            const Job& o = *owned;
+            if (!o.cacheable || o.follows || o.pending >= 0 || o.fed >= o.prompt_size()) continue;
+            const std::int64_t n = common_prefix(o.request.prompt, ids, ids.size() - 1);
+            if (n <= most || (n < o.prompt_size() && window_slot(n) < window_slot(o.prompt_size()))) continue;
+            leader = o.shared->id;
+            most = n;
+        }
+        return leader;
     }
 
     std::size_t prefix_bytes() const {
@@ -530,18 +595,19 @@ private:
                 job = queue_.front().get();
             }
             if (static_cast<std::int32_t>(active_.size()) >= options_.max_sequences) return;
-            std::optional<std::size_t> match =
+            std::optional<PrefixMatch> match =
                 options_.prefix_cache_entries && !job->resumed ? longest_prefix(job->request.prompt) : std::nullopt;
             if (options_.kv_bytes) {
                 if (reserved_ + job->reservation > options_.kv_bytes) return;  // waits for running requests to finish
                 while (reserved_ + prefix_bytes() + job->reservation > options_.kv_bytes) {
                     std::size_t victim = prefixes_.size();
                     for (std::size_t i = 0; i < prefixes_.size(); ++i)
-                        if ((!match || i != *match) && (victim == prefixes_.size() || prefixes_[i].last_use < prefixes_[victim].last_use))
+                        if ((!match || i != match->index) &&
+                            (victim == prefixes_.size() || prefixes_[i].last_use < prefixes_[victim].last_use))
                             victim = i;
-                    if (victim == prefixes_.size()) victim = *match;  // only the match is left
-                    if (match && victim == *match) match.reset();
-                    else if (match && victim < *match) --*match;
+                    if (victim == prefixes_.size()) victim = match->index;  // only the match is left
+                    if (match && victim == match->index) match.reset();
+                    else if (match && victim < match->index) --match->index;
                     evict(victim);
                 }
             }
@@ -552,7 +618,8 @@ private:
                 queue_.pop_front();
             }
             try {
-                start(*owned, match);
+                const std::uint64_t leader = owned->resumed ? 0 : prompt_to_follow(*owned, match ? match->length : 0);
+                start(*owned, leader ? std::nullopt : match, leader);
             } catch (...) {
                 finish(*owned, FinishReason::Cancelled, std::current_exception());
                 publish();
@@ -563,7 +630,9 @@ private:
         }
     }
 
-    void start(Job& job, std::optional<std::size_t> match) {
+    /// Gives `job` its sequence: the resumed conversation's pages, a fork of a kept prefix, or
+    /// an empty one (which waits for request `leader`'s prompt when that is not 0).
+    void start(Job& job, std::optional<PrefixMatch> match, std::uint64_t leader) {
         job.admitted = clock::now();
         job.result.stats.queue_seconds = std::chrono::duration<double>(job.admitted - job.submitted).count();
         if (job.resumed) {
@@ -571,27 +640,57 @@ private:
             job.fed = job.resumed->cache.length(job.resumed->seq);
             job.resumed.reset();  // its pages are the engine's now
         } else if (match) {
-            PrefixEntry& e = prefixes_[*match];
-            job.seq = cache_.fork(e.seq);
-            e.last_use = ++tick_;
-            job.fed = static_cast<std::int64_t>(e.ids.size());
+            job.seq = fork_prefix(*match);
+            job.fed = match->length;
         } else {
             job.seq = cache_.add_sequence();
         }
         job.running = true;
+        job.follows = leader;
         ++running_;
         reserved_ += job.reservation;
         if (job.speculative()) cache_.set_max_rollback(job.seq, job.request.options.speculative.draft_max);
         job.result.stats.reused_tokens = job.fed;
         std::lock_guard lock(mutex_);
         stats_.prompt_tokens += job.prompt_size();
-        if (options_.prefix_cache_entries) {
-            if (match) {
-                ++stats_.prefix_hits;
-                stats_.prefix_reused_tokens += job.fed;
-            } else {
-                ++stats_.prefix_misses;
+        if (options_.prefix_cache_entries && !leader) count_prefix(job);
+    }
+
+    /// A new sequence holding the first m.length positions of entry m (its pages shared).
+    SeqId fork_prefix(const PrefixMatch& m) {
+        PrefixEntry& e = prefixes_[m.index];
+        const SeqId seq = cache_.fork(e.seq);
+        cache_.truncate(seq, m.length);
+        e.last_use = ++tick_;
+        return seq;
+    }
+
+    /// A hit if `job` took ids from the prefix cache; under mutex_.
+    void count_prefix(const Job& job) {
+        if (job.fed > 0) {
+            ++stats_.prefix_hits;
+            stats_.prefix_reused_tokens += job.fed;
+        } else {
+            ++stats_.prefix_misses;
+        }
+    }
+
+    /// The requests waiting for request `leader`'s prompt take the longest kept prefix now (the
+    /// leader's, unless the cache could not keep it) and prefill the rest.
+    void release_followers(std::uint64_t leader) {
+        for (auto& owned : active_) {
+            Job& job = *owned;
+            if (job.follows != leader || !job.running) continue;
+            job.follows = 0;
+            if (const auto match = longest_prefix(job.request.prompt)) {
+                cache_.remove_sequence(job.seq);  // empty: it fed nothing while it waited
+                job.seq = fork_prefix(*match);
+                if (job.speculative()) cache_.set_max_rollback(job.seq, job.request.options.speculative.draft_max);
+                job.fed = match->length;
+                job.result.stats.reused_tokens = job.fed;
             }
+            std::lock_guard lock(mutex_);
+            count_prefix(job);
         }
     }
 
@@ -655,7 +754,7 @@ private:
         std::int64_t budget = options_.step_tokens - decode;
         for (auto& owned : active_) {
             Job& job = *owned;
-            if (job.pending >= 0) continue;
+            if (job.pending >= 0 || job.follows) continue;
             if (budget <= 0 && prefill > 0) break;
             // A step always prefills something when a prompt waits, even if decode tokens fill the budget.
             const std::int64_t P = job.prompt_size(), at = job.fed;
@@ -762,7 +861,10 @@ private:
                 job.fed = ch.end;
                 job.rows_before += ch.rows;
                 if (job.fed < job.prompt_size()) continue;
-                if (options_.prefix_cache_entries && job.cacheable) store_prefix(job);
+                if (options_.prefix_cache_entries && job.cacheable) {
+                    store_prefix(job.request.prompt, job.seq);
+                    release_followers(job.shared->id);
+                }
                 job.step_start = cache_.length(job.seq) - 1;
                 job.feed.assign(1, -1);  // the prompt's last id: one row, as a plain decode step has
             }
@@ -904,23 +1006,40 @@ private:
         return std::nullopt;
     }
 
-    /// Keeps the state of `job`'s sequence at the end of its prompt for later requests.
-    void store_prefix(Job& job) {
-        const auto& ids = job.request.prompt;
+    /// Whether entry `a` (ids, sequence) gives every prompt at least what `b` gives: b's ids
+    /// start a's and a holds the sliding pages of every point b can be cut back to.
+    bool covers(const std::vector<std::int32_t>& a, SeqId a_seq, const std::vector<std::int32_t>& b, SeqId b_seq) const {
+        return b.size() <= a.size() && std::equal(b.begin(), b.end(), a.begin()) && first_sliding_slot(a_seq) <= first_sliding_slot(b_seq);
+    }
+
+    /// Keeps the state of sequence `seq`, which holds `ids`, for later requests; drops the kept
+    /// states it covers, or only refreshes one that covers it.
+    void store_prefix(const std::vector<std::int32_t>& ids, SeqId seq) {
         for (auto& e : prefixes_)
-            if (e.ids == ids) {
+            if (covers(e.ids, e.seq, ids, seq)) {
                 e.last_use = ++tick_;
                 return;
             }
-        const std::size_t bytes = held_bytes(job.seq);
+        for (std::size_t i = prefixes_.size(); i-- > 0;)
+            if (covers(ids, seq, prefixes_[i].ids, prefixes_[i].seq)) evict(i);
+        const std::size_t bytes = held_bytes(seq);
         // Room in the budget and in the LRU: evict the least recently used.
         while (!prefixes_.empty() &&
                (static_cast<std::int32_t>(prefixes_.size()) >= options_.prefix_cache_entries ||
                 (options_.kv_bytes && reserved_ + prefix_bytes() + bytes > options_.kv_bytes)))
             evict(least_recent());
         if (options_.kv_bytes && reserved_ + prefix_bytes() + bytes > options_.kv_bytes) return;
-        prefixes_.push_back({ids, cache_.fork(job.seq), bytes, ++tick_});
+        prefixes_.push_back({ids, cache_.fork(seq), bytes, ++tick_});
         prefix_pages_dirty_ = true;
+    }
+
+    /// Keeps the state at the end of `job`'s conversation (its prompt and the ids it fed after
+    /// it) for the conversation's next turn, whose prompt starts with them.
+    void store_conversation(const Job& job) {
+        std::vector<std::int32_t> ids = job.request.prompt;
+        ids.insert(ids.end(), job.result.ids.begin(), job.result.ids.end());
+        ids.resize(static_cast<std::size_t>(std::min<std::int64_t>(cache_.length(job.seq), static_cast<std::int64_t>(ids.size()))));
+        store_prefix(ids, job.seq);
     }
 
     std::size_t least_recent() const {
@@ -973,11 +1092,22 @@ private:
             }
         }
         if (job.running) {
-            cache_.remove_sequence(job.seq);
-            job.seq = -1;
             reserved_ -= job.reservation;
             job.running = false;
             --running_;
+            if (options_.prefix_cache_entries && job.cacheable && !r.error && !job.follows && job.fed == job.prompt_size()) {
+                try {
+                    store_conversation(job);
+                } catch (...) {  // the cache is a saving only: the request's result stands
+                }
+            }
+            cache_.remove_sequence(job.seq);
+            job.seq = -1;
+            if (job.follows) {
+                std::lock_guard lock(mutex_);
+                count_prefix(job);  // it never took its prefix: a miss
+            }
+            release_followers(job.shared->id);
         }
         if (job.first) r.stats.generation_seconds = std::chrono::duration<double>(clock::now() - *job.first).count();
         {
