@@ -176,6 +176,36 @@ TEST_CASE("loadgen against serve: every request completes, and each level report
     CHECK(failed[0]["tokens_per_s"] == 0.0);
 }
 
+TEST_CASE("loadgen --unique-prompts shares no prompt prefix, and one prompt sent by several clients is prefilled once", "[server][e2e][load][loadgen]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    ServerProcess server({}, "loadgen_prompts");
+    INFO(server.log());
+    const int port = server.port();
+    const std::string url = "http://127.0.0.1:" + std::to_string(port);
+    const auto unique = run_cli("loadgen --url " + url + " --concurrency 3 --requests 3 --max-tokens 4 --ignore-eos --unique-prompts --json");
+    REQUIRE(unique.status == 0);
+    CHECK(json::parse(unique.out)[0]["failed"] == 0);
+    std::string m = http(port, "GET", "/metrics").body;
+    CHECK(metric(m, "gemma4_prefix_cache_hits_total") == 0);
+    CHECK(metric(m, "gemma4_prefix_cache_misses_total") == 3);
+    // The same prompt from three clients: the first is prefilled, the other two take its state
+    // (waiting for it, or from the cache), all but its last id.
+    const auto same = run_cli("loadgen --url " + url + " --concurrency 3 --requests 3 --max-tokens 4 --ignore-eos --json");
+    REQUIRE(same.status == 0);
+    CHECK(json::parse(same.out)[0]["failed"] == 0);
+    m = http(port, "GET", "/metrics").body;
+    CHECK(metric(m, "gemma4_prefix_cache_hits_total") == 2);
+    CHECK(metric(m, "gemma4_prefix_cache_misses_total") == 4);
+    const json loadgen_chat = {{"messages", {{{"role", "user"}, {"content", "Write a short poem about the sea."}}}}, {"max_tokens", 1}};
+    const auto one = http(port, "POST", "/v1/chat/completions", loadgen_chat.dump());  // loadgen's default prompt
+    REQUIRE(one.status == 200);
+    const double prompt_tokens = one.json()["usage"]["prompt_tokens"].get<double>();
+    CHECK(prompt_tokens > 16);
+    CHECK(metric(m, "gemma4_prefix_cache_reused_tokens_total") == 2 * (prompt_tokens - 1));
+}
+
 TEST_CASE("serve: ignore_eos runs a reply to max_tokens, and a non-boolean is a 400 naming it", "[server][e2e][load]") {
 #ifndef GEMMA4_HAVE_SERVE
     GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");

@@ -81,6 +81,7 @@ int run(cli::Args& args) {
     const auto model = args.get("model");
     const bool as_json = args.flag("json");
     const bool ignore_eos = args.flag("ignore-eos");
+    const bool unique = args.flag("unique-prompts");
     args.finish();
     if (requests < 1) throw InvalidArgument("loadgen: --requests must be at least 1");
     if (max_tokens < 1) throw InvalidArgument("loadgen: --max-tokens must be at least 1");
@@ -90,7 +91,14 @@ int run(cli::Args& args) {
                  {"stream_options", {{"include_usage", true}}}};
     if (model) body["model"] = *model;
     if (ignore_eos) body["ignore_eos"] = true;
-    const std::string text = body.dump();
+    // With --unique-prompts the message starts with the request's number, so that no two prompts
+    // share the page of ids the server's prefix cache needs before it reuses anything.
+    auto request_body = [&](int number) {
+        if (!unique) return body.dump();
+        json b = body;
+        b["messages"][0]["content"] = std::to_string(number) + ". " + prompt;
+        return b.dump();
+    };
 
     json report = json::array();
     if (!as_json)
@@ -106,8 +114,8 @@ int run(cli::Args& args) {
         std::vector<std::thread> threads;
         for (int t = 0; t < c; ++t)
             threads.emplace_back([&] {
-                while (next.fetch_add(1) < requests) {
-                    LoadSample s = one_request(url, key, text);
+                for (int number = next.fetch_add(1); number < requests; number = next.fetch_add(1)) {
+                    LoadSample s = one_request(url, key, request_body(c * 100000 + number));
                     std::lock_guard lock(mutex);
                     level.samples.push_back(s);
                 }
@@ -146,6 +154,7 @@ const cli::Command reg{"loadgen", "load on an OpenAI-compatible server: requests
                            {"model", "NAME", "the request's model field"},
                            {"json", "", "print one JSON array instead of a table"},
                            {"ignore-eos", "", "ask for replies of exactly --max-tokens (\"ignore_eos\": true, llama-server's and vLLM's field)"},
+                           {"unique-prompts", "", "start each request's message with its own number (no prompt prefix shared between requests)"},
                        },
                        run};
 
