@@ -414,6 +414,9 @@ TEST_CASE("the next turn of a conversation reuses its history, the ids it genera
     const EngineResult r1 = engine.submit(request(turn1, endless(12))).wait();
     check_same(r1, lone(model, turn1, endless(12)));
     REQUIRE(r1.ids.size() == 12);
+    // Kept: the prompt, and the conversation (41 ids), which no longer holds the window page of
+    // positions 16-31 that a prompt parting from it at 30 would need.
+    CHECK(engine.stats().prefix_entries == 2);
     // The next prompt repeats the reply and adds a turn: all but the last generated id (never
     // fed) come from the cache.
     const auto turn2 = concat(concat(turn1, r1.ids), tail_ids(51, 9));
@@ -422,9 +425,20 @@ TEST_CASE("the next turn of a conversation reuses its history, the ids it genera
     check_same(r2, lone(model, turn2, greedy(8)));
     CHECK(r2.stats.reused_tokens == 30 + 11);
     CHECK(engine.stats().prefilled_tokens - prefilled == 1 + 9);
+    // The second prompt starts with the first conversation and holds the same window pages: it
+    // replaces it. Kept: the first prompt, the second, and the second conversation.
     const EngineStats s = engine.stats();
+    CHECK(s.prefix_entries == 3);
     CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
-    CHECK(s.prefix_entries <= 4);
+
+    // A short conversation holds every page its prompt holds: it replaces the prompt's entry.
+    Engine<float> short_turns(model, &fixture().tokenizer, {.step_tokens = 16, .prefix_cache_entries = 4});
+    const auto brief = prompt_ids(52, 17);
+    const EngineResult r3 = short_turns.submit(request(brief, endless(2))).wait();
+    check_same(r3, lone(model, brief, endless(2)));
+    CHECK(short_turns.stats().prefix_entries == 1);
+    const auto next = concat(concat(brief, r3.ids), tail_ids(53, 4));
+    CHECK(short_turns.submit(request(next, greedy(2))).wait().stats.reused_tokens == 17 + 1);
 }
 
 TEST_CASE("requests that arrive together with a shared prompt prefill it once", "[engine][prefix]") {
