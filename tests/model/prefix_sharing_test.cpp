@@ -95,6 +95,70 @@ TEST_CASE("a prompt cache reuses a prefix, sliding window state included", "[cac
     CHECK(cache.pages_in_use(AttentionKind::Sliding) == 0);
 }
 
+TEST_CASE("a prompt cache reuses the ids a request shares with a longer prompt, where that prompt still holds the window", "[cache][prefix]") {
+    const auto dir = test::temp_dir("prefix_partial");
+    write_random_checkpoint(dir, tiny_config(), {.seed = 83});
+    const Model<double> model = Model<double>::load(dir);
+    KVCache<double> cache = model.make_cache();  // window 8, pages of 16
+    PromptCache<double> prompts(cache);
+    const auto system = ids_from(11, 24), first_question = ids_from(150, 6), long_question = ids_from(180, 40);
+    auto concat = [](std::vector<std::int32_t> a, const std::vector<std::int32_t>& b) {
+        a.insert(a.end(), b.begin(), b.end());
+        return a;
+    };
+    const auto stored = concat(system, first_question);  // 30 ids: sliding pages from slot 1 (positions 16-31) held
+    const auto stored_long = concat(system, long_question);  // 64 ids: from slot 3 (48-63)
+    for (const auto* ids : {&stored, &stored_long}) {
+        const SeqId s = cache.add_sequence();
+        model.forward(*ids, cache, s, LogitsMode::Last);
+        prompts.store(*ids, s);
+        cache.remove_sequence(s);
+    }
+
+    // Parting from both at 24: the 30-id prompt still holds the window of positions 17-23.
+    const auto request = concat(system, ids_from(400, 5));
+    REQUIRE(request[24] != stored[24]);
+    REQUIRE(request[24] != stored_long[24]);
+    std::int64_t reused = -1;
+    const SeqId s = prompts.start(request, reused);
+    CHECK(reused == 24);
+    CHECK(cache.length(s) == 24);
+    const Logits<double> got = model.forward(std::span<const std::int32_t>(request).subspan(24), cache, s);
+    const Logits<double> expected = model.logits(request);
+    CHECK(test::relative_error(got.values.data(), expected.values.data() + 24 * 512, got.values.size()) <= 1e-13);
+    cache.remove_sequence(s);
+
+    // The rules behind it, on two sequences.
+    const SeqId a = cache.add_sequence(), b = cache.add_sequence();
+    model.forward(stored, cache, a, LogitsMode::Last);
+    model.forward(stored_long, cache, b, LogitsMode::Last);
+    CHECK(cache.first_held_slot(a, AttentionKind::Sliding) == 1);
+    CHECK(cache.first_held_slot(b, AttentionKind::Sliding) == 3);
+    CHECK(cache.first_held_slot(b, AttentionKind::Full) == 0);
+    CHECK(cache.can_truncate(a, 24));
+    CHECK_FALSE(cache.can_truncate(a, 20));  // its window, 13-19, reaches into slot 0
+    CHECK_FALSE(cache.can_truncate(b, 24));
+    CHECK(cache.can_truncate(b, 56));  // its window, 49-55, is in slot 3
+    CHECK(cache.can_truncate(b, 55));  // 48-54
+    CHECK_FALSE(cache.can_truncate(b, 54));  // 47-53 reaches into slot 2
+    CHECK(cache.can_truncate(b, 64));
+    CHECK_FALSE(cache.can_truncate(b, 65));
+    CHECK(reusable_prefix(cache, a, stored, request) == 24);
+    CHECK(reusable_prefix(cache, b, stored_long, request) == 0);
+    CHECK(reusable_prefix(cache, a, stored, stored) == 29);  // one id left to feed
+    CHECK_FALSE(covers_prefix(cache, a, stored, b, stored_long));  // a does not start with b's ids
+    const SeqId cut = fork_prefix(cache, a, 24);
+    CHECK(cache.length(cut) == 24);
+    CHECK(covers_prefix(cache, a, stored, cut, std::span<const std::int32_t>(stored).first(24)));
+    CHECK_FALSE(covers_prefix(cache, b, stored_long, cut, system));  // b starts with system too, but has dropped slot 1
+    REQUIRE_THROWS_AS(fork_prefix(cache, b, 24), InvalidArgument);
+    CHECK(cache.pages_in_use(AttentionKind::Full) > 0);
+    for (const SeqId q : {a, b, cut}) cache.remove_sequence(q);
+    prompts.clear();
+    CHECK(cache.pages_in_use(AttentionKind::Full) == 0);
+    CHECK(cache.pages_in_use(AttentionKind::Sliding) == 0);
+}
+
 TEST_CASE("cache budget and sequence limits are clear errors", "[cache][errors]") {
     Gemma4Config c = tiny_config();
     KVCache<float> small(c, {.max_bytes = 64 * 1024, .max_sequences = 2});

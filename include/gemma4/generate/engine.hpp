@@ -35,6 +35,7 @@
 #include <gemma4/generate/session.hpp>
 #include <gemma4/generate/stop.hpp>
 #include <gemma4/kv/kv_cache.hpp>
+#include <gemma4/kv/prompt_cache.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/multimodal.hpp>
 #include <gemma4/tokenizer/streaming_decoder.hpp>
@@ -79,7 +80,7 @@ struct EngineOptions {
     KVDtype kv_dtype = KVDtype::Float;
     std::int64_t context = 0;               ///< per-request context limit (0: the model's max_position_embeddings)
     std::int32_t max_queue = 64;            ///< waiting requests beyond this are rejected with QueueFullError
-    std::int32_t prefix_cache_entries = 16; ///< prompt prefixes kept for reuse (LRU); 0 disables reuse
+    std::int32_t prefix_cache_entries = 16; ///< prompt and conversation states kept for reuse (LRU); 0 disables reuse
     /// Called on the scheduler thread after every forward step (monitoring, tests). Exceptions
     /// it throws are ignored.
     std::function<void(const EngineStepInfo&)> on_step{};
@@ -152,7 +153,7 @@ struct EngineStats {
     std::size_t kv_bytes_in_use = 0;
     std::size_t kv_bytes_reserved = 0;    ///< admission's account: running requests' reservations + prefix cache
     std::int64_t prefix_hits = 0, prefix_misses = 0, prefix_reused_tokens = 0;
-    std::int32_t prefix_entries = 0;      ///< prompts held by the prefix cache
+    std::int32_t prefix_entries = 0;      ///< prompt and conversation states held by the prefix cache
     std::int64_t prefix_cache_pages = 0;  ///< distinct pages those prompts hold
     std::int64_t steps = 0;               ///< forward steps run
     std::int64_t decode_tokens = 0;       ///< ids fed by decoding sequences: the sampled one and its drafts
@@ -520,32 +521,10 @@ private:
         if (!dropped.empty()) publish();
     }
 
-    /// How many first ids `a` and `b` share, at most `limit`.
-    static std::int64_t common_prefix(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b, std::size_t limit) {
-        const std::size_t n = std::min({a.size(), b.size(), limit});
-        return std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first - a.begin();
-    }
-
-    /// The first page slot of sliding layers that a query at position `length` - 1 sees.
-    std::int64_t window_slot(std::int64_t length) const {
-        return std::max<std::int64_t>(0, length - cache_.window() + 1) / KVCache<T>::kPageSize;
-    }
-
-    /// The lowest sliding page slot sequence s holds (0 without sliding layers).
-    std::int64_t first_sliding_slot(SeqId s) const {
-        if (!layers_of_[0]) return 0;
-        std::int64_t j = 0;
-        while (j * KVCache<T>::kPageSize < cache_.length(s) && cache_.page_of(s, AttentionKind::Sliding, j * KVCache<T>::kPageSize) < 0) ++j;
-        return j;
-    }
-
-    /// How many first ids of `ids` entry e can give: the ids they share, one at least left to
-    /// feed, if that is a page or more and e still holds the sliding pages a query there sees
-    /// (when e is longer: KVCache::truncate cuts a fork of it back).
+    /// How many first ids of `ids` entry e gives (reusable_prefix), if a page or more.
     std::int64_t usable_prefix(const PrefixEntry& e, const std::vector<std::int32_t>& ids) const {
-        const std::int64_t n = common_prefix(e.ids, ids, ids.size() - 1);
-        if (n < kMinReuse) return 0;
-        return n == static_cast<std::int64_t>(e.ids.size()) || first_sliding_slot(e.seq) <= window_slot(n) ? n : 0;
+        const std::int64_t n = reusable_prefix(cache_, e.seq, e.ids, ids);
+        return n >= kMinReuse ? n : 0;
     }
 
     /// The entry that gives the most first ids of `ids`.
@@ -570,7 +549,9 @@ private:
             const Job& o = *owned;
             if (!o.cacheable || o.follows || o.pending >= 0 || o.fed >= o.prompt_size()) continue;
             const std::int64_t n = common_prefix(o.request.prompt, ids, ids.size() - 1);
-            if (n <= most || (n < o.prompt_size() && window_slot(n) < window_slot(o.prompt_size()))) continue;
+            // Its state at the end of its prompt will hold the sliding pages from held_slots' first on.
+            constexpr AttentionKind sliding = AttentionKind::Sliding;
+            if (n <= most || cache_.held_slots(sliding, n).first < cache_.held_slots(sliding, o.prompt_size()).first) continue;
             leader = o.shared->id;
             most = n;
         }
@@ -640,7 +621,7 @@ private:
             job.fed = job.resumed->cache.length(job.resumed->seq);
             job.resumed.reset();  // its pages are the engine's now
         } else if (match) {
-            job.seq = fork_prefix(*match);
+            job.seq = take_prefix(*match);
             job.fed = match->length;
         } else {
             job.seq = cache_.add_sequence();
@@ -657,12 +638,10 @@ private:
     }
 
     /// A new sequence holding the first m.length positions of entry m (its pages shared).
-    SeqId fork_prefix(const PrefixMatch& m) {
+    SeqId take_prefix(const PrefixMatch& m) {
         PrefixEntry& e = prefixes_[m.index];
-        const SeqId seq = cache_.fork(e.seq);
-        cache_.truncate(seq, m.length);
         e.last_use = ++tick_;
-        return seq;
+        return fork_prefix(cache_, e.seq, m.length);
     }
 
     /// A hit if `job` took ids from the prefix cache; under mutex_.
@@ -684,7 +663,7 @@ private:
             job.follows = 0;
             if (const auto match = longest_prefix(job.request.prompt)) {
                 cache_.remove_sequence(job.seq);  // empty: it fed nothing while it waited
-                job.seq = fork_prefix(*match);
+                job.seq = take_prefix(*match);
                 if (job.speculative()) cache_.set_max_rollback(job.seq, job.request.options.speculative.draft_max);
                 job.fed = match->length;
                 job.result.stats.reused_tokens = job.fed;
@@ -1006,22 +985,16 @@ private:
         return std::nullopt;
     }
 
-    /// Whether entry `a` (ids, sequence) gives every prompt at least what `b` gives: b's ids
-    /// start a's and a holds the sliding pages of every point b can be cut back to.
-    bool covers(const std::vector<std::int32_t>& a, SeqId a_seq, const std::vector<std::int32_t>& b, SeqId b_seq) const {
-        return b.size() <= a.size() && std::equal(b.begin(), b.end(), a.begin()) && first_sliding_slot(a_seq) <= first_sliding_slot(b_seq);
-    }
-
     /// Keeps the state of sequence `seq`, which holds `ids`, for later requests; drops the kept
     /// states it covers, or only refreshes one that covers it.
     void store_prefix(const std::vector<std::int32_t>& ids, SeqId seq) {
         for (auto& e : prefixes_)
-            if (covers(e.ids, e.seq, ids, seq)) {
+            if (covers_prefix(cache_, e.seq, e.ids, seq, ids)) {
                 e.last_use = ++tick_;
                 return;
             }
         for (std::size_t i = prefixes_.size(); i-- > 0;)
-            if (covers(ids, seq, prefixes_[i].ids, prefixes_[i].seq)) evict(i);
+            if (covers_prefix(cache_, seq, ids, prefixes_[i].seq, prefixes_[i].ids)) evict(i);
         const std::size_t bytes = held_bytes(seq);
         // Room in the budget and in the LRU: evict the least recently used.
         while (!prefixes_.empty() &&

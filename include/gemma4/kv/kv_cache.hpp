@@ -189,14 +189,11 @@ public:
             throw InvalidArgument("KV cache: cannot truncate sequence " + std::to_string(s) + " of " + std::to_string(seq.length) +
                                   " positions to " + std::to_string(length));
         if (length == seq.length) return;
-        const auto& sliding = seq.table[0];
-        if (pools_[0].layers)
-            for (std::int64_t j = std::max<std::int64_t>(0, length - window_ + 1) / kPageSize; j * kPageSize < length; ++j)
-                if (static_cast<std::size_t>(j) >= sliding.size() || sliding[static_cast<std::size_t>(j)] < 0)
-                    throw InvalidArgument("KV cache: cannot roll sequence " + std::to_string(s) + " back from " + std::to_string(seq.length) +
-                                          " to " + std::to_string(length) + " positions: its sliding page for positions from " +
-                                          std::to_string(j * kPageSize) + " was freed (set_max_rollback allows " +
-                                          std::to_string(seq.rollback) + ")");
+        if (const std::int64_t j = dropped_window_slot(seq, length); j >= 0)
+            throw InvalidArgument("KV cache: cannot roll sequence " + std::to_string(s) + " back from " + std::to_string(seq.length) +
+                                  " to " + std::to_string(length) + " positions: its sliding page for positions from " +
+                                  std::to_string(j * kPageSize) + " was freed (set_max_rollback allows " + std::to_string(seq.rollback) +
+                                  ")");
         const auto keep = static_cast<std::size_t>((length + kPageSize - 1) / kPageSize);
         for (int k = 0; k < 2; ++k) {
             auto& table = seq.table[k];
@@ -206,6 +203,23 @@ public:
             }
         }
         seq.length = length;
+    }
+
+    /// Whether truncate(s, length) would succeed: sequence s still holds the sliding pages that
+    /// a query at `length` sees.
+    bool can_truncate(SeqId s, std::int64_t length) const {
+        const Sequence& seq = at(s);
+        return length >= 0 && length <= seq.length && (length == seq.length || dropped_window_slot(seq, length) < 0);
+    }
+
+    /// The lowest page slot of `kind` that sequence s holds (its slot count if none). Of two
+    /// sequences with the same first positions, the one whose first sliding slot is lower can
+    /// be truncated to every length the other can.
+    std::int64_t first_held_slot(SeqId s, AttentionKind kind) const {
+        const auto& table = at(s).table[kind_index(kind)];
+        std::int64_t j = 0;
+        while (j < static_cast<std::int64_t>(table.size()) && table[static_cast<std::size_t>(j)] < 0) ++j;
+        return j;
     }
 
     // ---- storage ---------------------------------------------------------------------------
@@ -447,6 +461,16 @@ private:
             std::memcpy(&d, in.data() + codes + i * sizeof(float), sizeof(float));
             if (!(d >= 0.0f) || !std::isfinite(d)) bad("a scale that is negative or not finite");
         }
+    }
+
+    /// The first sliding page slot that a query at `length` sees and `seq` no longer holds
+    /// (-1: it holds them all).
+    std::int64_t dropped_window_slot(const Sequence& seq, std::int64_t length) const {
+        if (!pools_[0].layers) return -1;
+        const auto& sliding = seq.table[0];
+        for (std::int64_t j = std::max<std::int64_t>(0, length - window_ + 1) / kPageSize; j * kPageSize < length; ++j)
+            if (static_cast<std::size_t>(j) >= sliding.size() || sliding[static_cast<std::size_t>(j)] < 0) return j;
+        return -1;
     }
 
     /// The page holding `pos` and the index of the (layer, K/V, position) row within it.
