@@ -5,9 +5,11 @@
 #include <gemma4/error.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -129,6 +131,30 @@ public:
         if (ec != std::errc() || p != end || text.empty())
             throw InvalidArgument(command_ + ": --" + name + " expects a number, got '" + text + "'");
         return value;
+    }
+
+    /// A size in bytes: a number, optionally followed by K, M or G (KiB, MiB, GiB: powers of 1024).
+    std::size_t bytes(const std::string& name, std::size_t fallback) {
+        const auto v = get(name);
+        if (!v) return fallback;
+        std::string digits = *v;
+        std::size_t unit = 1;
+        if (!digits.empty()) {
+            const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(digits.back())));
+            const std::size_t shift = last == 'K' ? 10 : last == 'M' ? 20 : last == 'G' ? 30 : 0;
+            if (shift) {
+                unit = std::size_t{1} << shift;
+                digits.pop_back();
+            }
+        }
+        std::size_t count = 0;
+        const char* end = digits.data() + digits.size();
+        auto [p, ec] = std::from_chars(digits.data(), end, count);
+        if (ec != std::errc() || p != end || digits.empty())
+            throw InvalidArgument(command_ + ": --" + name + " expects a size in bytes (a number, or one ending in K, M or G), got '" + *v + "'");
+        if (count > std::numeric_limits<std::size_t>::max() / unit)
+            throw InvalidArgument(command_ + ": --" + name + " of '" + *v + "' is too large");
+        return count * unit;
     }
 
     /// Call after reading every option: a declared option given but never read would be ignored.

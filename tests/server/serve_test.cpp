@@ -306,6 +306,35 @@ TEST_CASE("serve: a full queue answers 429 and the server recovers", "[server][e
     CHECK(http(port, "POST", "/v1/chat/completions", chat_body("again", 2).dump()).status == 200);
 }
 
+TEST_CASE("serve --kv-budget: requests that fit run, one that never can is a 400, a bad size is refused at start-up", "[server][e2e]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    const auto bad = run_cli("serve --model " + tiny_model().string() + " --port 0 --kv-budget 12X");
+    CHECK(bad.status == 1);
+    CHECK(bad.err.find("--kv-budget expects a size in bytes") != std::string::npos);
+    CHECK(bad.err.find("'12X'") != std::string::npos);
+
+    ServerProcess server({"--kv-budget", "512K"}, "kv_budget");
+    INFO(server.log());
+    const int port = server.port();
+    // Three short replies at once fit together or wait their turn; all complete.
+    std::vector<std::future<HttpResponse>> replies;
+    for (int i = 0; i < 3; ++i)
+        replies.push_back(std::async(std::launch::async, [&, i] {
+            return http(port, "POST", "/v1/chat/completions", chat_body("hello " + std::to_string(i), 8).dump());
+        }));
+    for (auto& f : replies) CHECK(f.get().status == 200);
+    // Up to 3000 new tokens need more full-attention pages than 512 KiB hold.
+    const HttpResponse big = http(port, "POST", "/v1/chat/completions", chat_body("a long story", 3000).dump());
+    require_openai_error(big, 400);
+    CHECK(big.json()["error"]["code"] == "context_length_exceeded");
+    CHECK(big.json()["error"]["message"].get<std::string>().find("more than the budget of 524288") != std::string::npos);
+    const std::string m = metrics(port);
+    CHECK(metric(m, "gemma4_kv_bytes_reserved") <= 524288);
+    CHECK(http(port, "POST", "/v1/chat/completions", chat_body("again", 2).dump()).status == 200);
+}
+
 TEST_CASE("serve: SIGTERM stops accepting, finishes in-flight streams and exits 0", "[server][e2e]") {
 #ifndef GEMMA4_HAVE_SERVE
     GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");

@@ -525,6 +525,7 @@ int run(cli::Args& args) {
     engine_options.max_sequences = args.number<std::int32_t>("parallel", engine_options.max_sequences);
     engine_options.context = args.number<std::int64_t>("ctx-size", 0);
     engine_options.max_queue = args.number<std::int32_t>("queue", engine_options.max_queue);
+    engine_options.kv_bytes = args.bytes("kv-budget", 0);
     const std::string weights = args.get("weights").value_or("as-stored");
     const auto threads = args.number<unsigned>("threads", 0);
     const cli::SpeculativeArgs draft_args = cli::read_speculative_args(args);
@@ -620,6 +621,7 @@ const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completion
                            {"parallel", "N", "requests decoded together (default: 16)"},
                            {"ctx-size", "N", "context of each request in tokens (default: the model's)"},
                            {"queue", "N", "requests waiting beyond --parallel before 429 (default: 64)"},
+                           {"kv-budget", "SIZE", "KV cache bytes for running requests and kept prefixes (K, M, G suffixes): a request waits until its pages fit, one that never can is a 400 (default: no bound beyond --parallel)"},
                            {"api-key", "KEY", "require 'Authorization: Bearer KEY' on every endpoint but /health"},
                            {"weights", "FORMAT", "as-stored (default), bf16, int8 or int4: re-encode the weights at load"},
                            {"max-body", "BYTES", "largest request body; larger ones get 413 (default: 16 MiB)"},
