@@ -450,30 +450,37 @@ TEST_CASE("requests that arrive together with a shared prompt prefill it once", 
     std::vector<GenerationResult> expected;
     for (std::size_t i = 0; i < prompts.size(); ++i) expected.push_back(lone(model, prompts[i], i % 2 ? seeded(9, 3 + i) : greedy(9)));
 
+    /// A running request that holds the scheduler in its callback until release(), so that the
+    /// requests submitted meanwhile are admitted together, before any of their prompts is kept.
+    struct SchedulerHold {
+        std::atomic<bool> released{false};
+        RequestHandle handle;
+        explicit SchedulerHold(Engine<float>& engine) {
+            GenerateOptions holder = endless(3);
+            holder.on_token = [this](std::int32_t, std::string_view) {
+                while (!released) std::this_thread::sleep_for(100us);
+                return true;
+            };
+            handle = engine.submit(request(prompt_ids(69, 5), holder));
+            wait_until([&] { return engine.stats().generated_tokens >= 1; });
+        }
+    };
+
     SECTION("the first is prefilled, the others wait for its state") {
         Engine<float> engine(model, &fixture().tokenizer, {.max_sequences = 8, .step_tokens = 16, .prefix_cache_entries = 8});
-        // A running request holds the scheduler in its callback until all six are queued, so
-        // that one admission takes them together, before any of their prompts is kept.
-        std::atomic<bool> queued{false};
-        GenerateOptions holder = endless(3);
-        holder.on_token = [&queued](std::int32_t, std::string_view) {
-            while (!queued) std::this_thread::sleep_for(100us);
-            return true;
-        };
-        const RequestHandle held = engine.submit(request(prompt_ids(69, 5), holder));
-        wait_until([&] { return engine.stats().generated_tokens >= 1; });
+        SchedulerHold hold(engine);
         const std::int64_t prefilled = engine.stats().prefilled_tokens;
         std::vector<RequestHandle> handles;
         for (std::size_t i = 0; i < prompts.size(); ++i)
             handles.push_back(engine.submit(request(prompts[i], i % 2 ? seeded(9, 3 + i) : greedy(9))));
-        queued = true;
+        hold.released = true;
         for (std::size_t i = 0; i < prompts.size(); ++i) {
             INFO("request " << i);
             const EngineResult r = handles[i].wait();
             check_same(r, expected[i]);
             CHECK(r.stats.reused_tokens == (i == 0 ? 0 : i < 3 ? 49 : 40));
         }
-        held.wait();
+        hold.handle.wait();
         // 50 ids once, then one id of each repeat and ten of each other question.
         CHECK(engine.stats().prefilled_tokens - prefilled == 50 + 2 * 1 + 3 * 10);
         const EngineStats s = engine.stats();
@@ -482,26 +489,20 @@ TEST_CASE("requests that arrive together with a shared prompt prefill it once", 
     }
 
     SECTION("when the first is cancelled during its prefill, the others prefill their own") {
-        std::atomic<bool> queued{false}, cancel_first{false};
+        std::atomic<bool> cancel_first{false};
         // The first step that holds more than the holder's chunk prefills the first one's first
         // chunk (the others wait for it) beside the holder's next id.
         Engine<float> engine(model, &fixture().tokenizer,
                              {.max_sequences = 8, .step_tokens = 16, .prefix_cache_entries = 8, .on_step = [&](const EngineStepInfo& step) {
                                   if (step.sequences > 1 && step.prefill_tokens > 0) cancel_first = true;
                               }});
-        GenerateOptions holder = endless(3);
-        holder.on_token = [&queued](std::int32_t, std::string_view) {
-            while (!queued) std::this_thread::sleep_for(100us);
-            return true;
-        };
-        const RequestHandle held = engine.submit(request(prompt_ids(69, 5), holder));
-        wait_until([&] { return engine.stats().generated_tokens >= 1; });
+        SchedulerHold hold(engine);
         std::vector<RequestHandle> handles;
         GenerateOptions first = greedy(9);
         first.cancel = &cancel_first;
         handles.push_back(engine.submit(request(prompts[0], first)));
         for (std::size_t i = 3; i < prompts.size(); ++i) handles.push_back(engine.submit(request(prompts[i], i % 2 ? seeded(9, 3 + i) : greedy(9))));
-        queued = true;
+        hold.released = true;
         const EngineResult r0 = handles[0].wait();
         CHECK(r0.finish == FinishReason::Cancelled);
         CHECK(r0.ids.empty());
@@ -511,7 +512,7 @@ TEST_CASE("requests that arrive together with a shared prompt prefill it once", 
             check_same(r, expected[k + 2]);
             CHECK(r.stats.reused_tokens == 0);  // nothing was kept to wait for
         }
-        held.wait();
+        hold.handle.wait();
         const EngineStats s = engine.stats();
         CHECK(s.prefix_hits == 0);
         CHECK(s.requests_cancelled == 1);
