@@ -47,8 +47,8 @@ const std::map<std::string, std::set<std::string>> kReads = {
                           "out-patches", "out-positions"}},
     {"quantize", {"model", "out", "weights"}},
 #ifdef GEMMA4_HAVE_SERVE  // built only with cpp-httplib
-    {"loadgen", {"url", "api-key", "concurrency", "requests", "max-tokens", "prompt", "model", "json", "ignore-eos"}},
-    {"serve", std::set<std::string>{"model", "host", "port", "parallel", "ctx-size", "queue", "api-key", "weights", "max-body",
+    {"loadgen", {"url", "api-key", "concurrency", "requests", "max-tokens", "prompt", "model", "json", "ignore-eos", "unique-prompts"}},
+    {"serve", std::set<std::string>{"model", "host", "port", "parallel", "ctx-size", "queue", "kv-budget", "api-key", "weights", "max-body",
                                     "max-soft-tokens", "grace", "threads"} + kSpeculative},
 #endif
     {"tokenize", {"tokenizer", "config", "jsonl"}},
