@@ -101,6 +101,7 @@ int run(cli::Args& args) {
     };
 
     json report = json::array();
+    int numbered = 0;  // requests of earlier levels: --unique-prompts numbers never repeat across levels
     if (!as_json)
         std::printf("%11s %9s %10s %10s %10s %11s %11s %11s %8s\n", "concurrency", "requests", "req/s", "tokens/s", "decode/s",
                     "all busy/s", "ttft p50 s", "ttft p99 s", "failed");
@@ -115,12 +116,13 @@ int run(cli::Args& args) {
         for (int t = 0; t < c; ++t)
             threads.emplace_back([&] {
                 for (int number = next.fetch_add(1); number < requests; number = next.fetch_add(1)) {
-                    LoadSample s = one_request(url, key, request_body(c * 100000 + number));
+                    LoadSample s = one_request(url, key, request_body(numbered + number));
                     std::lock_guard lock(mutex);
                     level.samples.push_back(s);
                 }
             });
         for (auto& t : threads) t.join();
+        numbered += requests;
         level.seconds = std::chrono::duration<double>(clock_type::now() - start).count();
         const double rps = static_cast<double>(level.ok()) / level.seconds, tps = static_cast<double>(level.tokens()) / level.seconds;
         const auto failed = static_cast<std::int64_t>(level.samples.size()) - level.ok();

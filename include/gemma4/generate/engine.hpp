@@ -548,7 +548,7 @@ private:
         for (const auto& owned : active_) {
             const Job& o = *owned;
             if (!o.cacheable || o.follows || o.pending >= 0 || o.fed >= o.prompt_size()) continue;
-            const std::int64_t n = common_prefix(o.request.prompt, ids, ids.size() - 1);
+            const std::int64_t n = detail::common_prefix(o.request.prompt, ids, ids.size() - 1);
             // Its state at the end of its prompt will hold the sliding pages from held_slots' first on.
             constexpr AttentionKind sliding = AttentionKind::Sliding;
             if (n <= most || cache_.held_slots(sliding, n).first < cache_.held_slots(sliding, o.prompt_size()).first) continue;
@@ -617,24 +617,28 @@ private:
         job.admitted = clock::now();
         job.result.stats.queue_seconds = std::chrono::duration<double>(job.admitted - job.submitted).count();
         if (job.resumed) {
-            job.seq = adopt_sequence(job.resumed->cache, job.resumed->seq);
-            job.fed = job.resumed->cache.length(job.resumed->seq);
+            give_sequence(job, adopt_sequence(job.resumed->cache, job.resumed->seq), job.resumed->cache.length(job.resumed->seq));
             job.resumed.reset();  // its pages are the engine's now
         } else if (match) {
-            job.seq = take_prefix(*match);
-            job.fed = match->length;
+            give_sequence(job, take_prefix(*match), match->length);
         } else {
-            job.seq = cache_.add_sequence();
+            give_sequence(job, cache_.add_sequence(), 0);
         }
         job.running = true;
         job.follows = leader;
         ++running_;
         reserved_ += job.reservation;
-        if (job.speculative()) cache_.set_max_rollback(job.seq, job.request.options.speculative.draft_max);
-        job.result.stats.reused_tokens = job.fed;
         std::lock_guard lock(mutex_);
         stats_.prompt_tokens += job.prompt_size();
         if (options_.prefix_cache_entries && !leader) count_prefix(job);
+    }
+
+    /// Makes `seq`, whose first `fed` prompt ids are in the cache, `job`'s sequence.
+    void give_sequence(Job& job, SeqId seq, std::int64_t fed) {
+        job.seq = seq;
+        job.fed = fed;
+        job.result.stats.reused_tokens = fed;
+        if (job.speculative()) cache_.set_max_rollback(seq, job.request.options.speculative.draft_max);
     }
 
     /// A new sequence holding the first m.length positions of entry m (its pages shared).
@@ -663,10 +667,7 @@ private:
             job.follows = 0;
             if (const auto match = longest_prefix(job.request.prompt)) {
                 cache_.remove_sequence(job.seq);  // empty: it fed nothing while it waited
-                job.seq = take_prefix(*match);
-                if (job.speculative()) cache_.set_max_rollback(job.seq, job.request.options.speculative.draft_max);
-                job.fed = match->length;
-                job.result.stats.reused_tokens = job.fed;
+                give_sequence(job, take_prefix(*match), match->length);
             }
             std::lock_guard lock(mutex_);
             count_prefix(job);
@@ -694,12 +695,18 @@ private:
         return seq;
     }
 
+    /// `job`'s prompt (a resumed conversation included), then the ids it sampled.
+    static std::vector<std::int32_t> conversation(const Job& job) {
+        std::vector<std::int32_t> ids = job.request.prompt;
+        ids.insert(ids.end(), job.result.ids.begin(), job.result.ids.end());
+        return ids;
+    }
+
     /// Writes `job`'s conversation to its save_to file: its prompt (a resumed conversation
     /// included) and sampled ids, the ids of those not in the cache (the last sampled id, not
     /// yet fed), its random stream, and its pages.
     void save(Job& job) {
-        std::vector<std::int32_t> history = job.request.prompt;
-        history.insert(history.end(), job.result.ids.begin(), job.result.ids.end());
+        const std::vector<std::int32_t> history = conversation(job);
         const auto length = static_cast<std::size_t>(cache_.length(job.seq));
         if (history.size() > length + 1)  // more than one id to feed: the prompt was cut short
             throw InvalidArgument("engine: " + job.request.save_to.string() + ": not saved, the request finished after " +
@@ -1009,8 +1016,7 @@ private:
     /// Keeps the state at the end of `job`'s conversation (its prompt and the ids it fed after
     /// it) for the conversation's next turn, whose prompt starts with them.
     void store_conversation(const Job& job) {
-        std::vector<std::int32_t> ids = job.request.prompt;
-        ids.insert(ids.end(), job.result.ids.begin(), job.result.ids.end());
+        std::vector<std::int32_t> ids = conversation(job);  // the last sampled id is not in the cache
         ids.resize(static_cast<std::size_t>(std::min<std::int64_t>(cache_.length(job.seq), static_cast<std::int64_t>(ids.size()))));
         store_prefix(ids, job.seq);
     }
@@ -1068,7 +1074,7 @@ private:
             reserved_ -= job.reservation;
             job.running = false;
             --running_;
-            if (options_.prefix_cache_entries && job.cacheable && !r.error && !job.follows && job.fed == job.prompt_size()) {
+            if (options_.prefix_cache_entries && job.cacheable && !r.error && job.fed == job.prompt_size()) {
                 try {
                     store_conversation(job);
                 } catch (...) {  // the cache is a saving only: the request's result stands

@@ -22,11 +22,13 @@
 namespace gemma4 {
 inline namespace GEMMA4_ABI {
 
+namespace detail {
 /// How many first ids `a` and `b` share, at most `limit`.
 inline std::int64_t common_prefix(std::span<const std::int32_t> a, std::span<const std::int32_t> b, std::size_t limit) {
     const std::size_t n = std::min({a.size(), b.size(), limit});
     return std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first - a.begin();
 }
+}  // namespace detail
 
 /// How many first ids of `ids` the state of sequence `seq`, whose positions hold `held`, can
 /// give: the ids they share, one at least left to feed (for its logits), if `seq` can be cut
@@ -34,7 +36,7 @@ inline std::int64_t common_prefix(std::span<const std::int32_t> a, std::span<con
 template <class T>
 std::int64_t reusable_prefix(const KVCache<T>& cache, SeqId seq, std::span<const std::int32_t> held, std::span<const std::int32_t> ids) {
     if (ids.empty()) return 0;
-    const std::int64_t n = common_prefix(held, ids, ids.size() - 1);
+    const std::int64_t n = detail::common_prefix(held, ids, ids.size() - 1);
     return cache.can_truncate(seq, n) ? n : 0;
 }
 
