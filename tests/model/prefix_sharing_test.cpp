@@ -151,7 +151,9 @@ TEST_CASE("a prompt cache reuses the ids a request shares with a longer prompt, 
     CHECK(cache.length(cut) == 24);
     CHECK(covers_prefix(cache, a, stored, cut, std::span<const std::int32_t>(stored).first(24)));
     CHECK_FALSE(covers_prefix(cache, b, stored_long, cut, system));  // b starts with system too, but has dropped slot 1
+    // A failed fork removes its sequence: otherwise b's pages would outlive b (checked below).
     REQUIRE_THROWS_AS(fork_prefix(cache, b, 24), InvalidArgument);
+    REQUIRE_THROWS_WITH(fork_prefix(cache, b, 24), Catch::Contains("its sliding page for positions from 16 was freed"));
     CHECK(cache.pages_in_use(AttentionKind::Full) > 0);
     for (const SeqId q : {a, b, cut}) cache.remove_sequence(q);
     prompts.clear();

@@ -314,6 +314,9 @@ TEST_CASE("serve --kv-budget: requests that fit run, one that never can is a 400
     CHECK(bad.status == 1);
     CHECK(bad.err.find("--kv-budget expects a size in bytes") != std::string::npos);
     CHECK(bad.err.find("'12X'") != std::string::npos);
+    const auto huge = run_cli("serve --model " + tiny_model().string() + " --port 0 --kv-budget 17179869184G");  // 2^64 bytes
+    CHECK(huge.status == 1);
+    CHECK(huge.err.find("--kv-budget of '17179869184G' is too large") != std::string::npos);
 
     ServerProcess server({"--kv-budget", "512K"}, "kv_budget");
     INFO(server.log());
