@@ -522,6 +522,9 @@ int run(cli::Args& args) {
 
         say("decode " + std::to_string(G) + " steps of " + std::to_string(B) + " sequence(s) ...");
         std::vector<std::int32_t> next(static_cast<std::size_t>(B + alone));
+        // Each kind of step keeps its logits between steps, as a Session and the Engine do
+        // (Model::forward_into), so the steps neither allocate nor clear B × vocabulary floats.
+        Logits<float> batch_logits, alone_logits;
         for (std::int64_t g = 0; g < G; ++g) {
             std::vector<SequenceChunk> step;
             for (std::int64_t b = 0; b < B + alone; ++b) {
@@ -530,11 +533,11 @@ int run(cli::Args& args) {
                 step.push_back({seqs[static_cast<std::size_t>(b)], std::span<const std::int32_t>(&next[static_cast<std::size_t>(b)], 1)});
             }
             t0 = Clock::now();
-            model.forward(std::span<const SequenceChunk>(step.data(), static_cast<std::size_t>(B)), cache, LogitsMode::Last);
+            model.forward_into(std::span<const SequenceChunk>(step.data(), static_cast<std::size_t>(B)), cache, {}, LogitsMode::Last, batch_logits);
             decode_s += seconds_since(t0);
             if (alone) {
                 t0 = Clock::now();
-                model.forward(std::span<const SequenceChunk>(&step.back(), 1), cache, LogitsMode::Last);
+                model.forward_into(std::span<const SequenceChunk>(&step.back(), 1), cache, {}, LogitsMode::Last, alone_logits);
                 alone_s += seconds_since(t0);
             }
             between_s = std::min(between_s, probe.pass_seconds());
