@@ -161,3 +161,23 @@ TEST_CASE("bench --image-tokens times the vision embedder and its dense products
         CHECK((b.err.find("--image-tokens") != std::string::npos || b.err.find("--repeat") != std::string::npos));
     }
 }
+
+TEST_CASE("bench --batch B: B sequences per step against one decoding alone, the weights counted once per step", "[cli][bench]") {
+    const nlohmann::json one = bench_json("--weights int8");
+    CHECK_FALSE(one.contains("batch_speedup"));
+    const nlohmann::json j = bench_json("--weights int8 --batch 4");
+    CHECK(j["batch"] == 4);
+    const double step_bytes = j["weight_bytes_per_step_computed"].get<double>();
+    CHECK(step_bytes == Approx(one["weight_bytes_per_step_computed"].get<double>()));
+    CHECK(j["weight_bytes_per_token_computed"].get<double>() == Approx(step_bytes / 4));
+    const double batch = j["decode_tokens_per_s"].get<double>(), alone = j["alone_decode_tokens_per_s"].get<double>();
+    CHECK(batch > 0);
+    CHECK(alone > 0);
+    CHECK(j["batch_speedup"].get<double>() == Approx(batch / alone));
+    // B prompts and the lone sequence's hold more K/V than one sequence's prompt.
+    CHECK(j["kv_bytes_in_use"].get<double>() > 3 * one["kv_bytes_in_use"].get<double>());
+    // A batch needs at least one sequence.
+    const auto bad = run_cli(kTinyBench + "--weights int8 --batch 0");
+    CHECK(bad.status != 0);
+    CHECK(bad.err.find("--batch") != std::string::npos);
+}

@@ -30,6 +30,10 @@ inline constexpr int kBf16Rows = 2, kBf16Tokens = 2;  ///< 2 × 2 accumulators +
 inline V vzero() { return _mm256_setzero_ps(); }
 inline V vsplat(float a) { return _mm256_set1_ps(a); }
 inline V vload(const float* p) { return _mm256_loadu_ps(p); }
+inline V vhold(V v) {  // as avx512::vhold
+    asm("" : "+x"(v));
+    return v;
+}
 inline void vstore(float* p, V v) { _mm256_storeu_ps(p, v); }
 inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }

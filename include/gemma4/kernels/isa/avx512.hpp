@@ -201,6 +201,13 @@ inline constexpr int kBf16Rows = 4, kBf16Tokens = 4;  ///< 4 × 4 accumulators +
 inline V vzero() { return _mm512_setzero_ps(); }
 inline V vsplat(float a) { return _mm512_set1_ps(a); }
 inline V vload(const float* p) { return _mm512_loadu_ps(p); }
+/// v, held in a register for its several uses. GCC tuned for Zen 4 (-march=znver4, which
+/// -march=native gives there) folds such a vector's load into every FMA that uses it instead, and
+/// the bf16 tiles, four loads where one serves, ran load-bound: 1.6 times slower.
+inline V vhold(V v) {
+    asm("" : "+v"(v));
+    return v;
+}
 inline void vstore(float* p, V v) { _mm512_storeu_ps(p, v); }
 inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
 inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }

@@ -12,6 +12,7 @@
 //   vpow2i(n)                  2^n for whole n in [−126, 127]
 //   vload_i8(codes)            kLanes int8 codes as floats
 //   vload_bf16(w, even, odd)   kLanes 4-byte words of bf16 pairs: the even and the odd elements
+//   vhold(v)                   v, kept in a register for the several instructions that use it
 //   kBf16Rows, kBf16Tokens     the register tile of the bf16 kernel
 //
 // Every output of these kernels is computed by the same sequence of operations whatever the
@@ -48,7 +49,7 @@ inline void bf16_tile(const std::uint16_t* w, std::int64_t K, std::int64_t main,
 #pragma GCC unroll 4
         for (int t = 0; t < TT; ++t) {
             const float* xt = xs + (t0 + t) * main + k;
-            const V xe = vload(xt), xo = vload(xt + kLanes);
+            const V xe = vhold(vload(xt)), xo = vhold(vload(xt + kLanes));  // each serves RR rows
 #pragma GCC unroll 4
             for (int r = 0; r < RR; ++r) {
                 acc[r][t] = vfma(we[r], xe, acc[r][t]);
@@ -113,9 +114,9 @@ void score_pass(const float* q, std::int64_t group, std::int64_t d, std::int64_t
             for (std::int64_t i = 0; i < d; i += kLanes) {
                 V kv[K], qv[H];
 #pragma GCC unroll 4
-                for (std::int64_t x = 0; x < K; ++x) kv[x] = row_vec(kr[x], i);
+                for (std::int64_t x = 0; x < K; ++x) kv[x] = vhold(row_vec(kr[x], i));  // each serves H heads
 #pragma GCC unroll 4
-                for (std::int64_t y = 0; y < H; ++y) qv[y] = vload(qh[y] + i);
+                for (std::int64_t y = 0; y < H; ++y) qv[y] = vhold(vload(qh[y] + i));  // each serves K keys
 #pragma GCC unroll 4
                 for (std::int64_t y = 0; y < H; ++y)
 #pragma GCC unroll 4
