@@ -42,6 +42,12 @@ inline Options operator+(Options a, const Options& b) {
 /// `--threads N`, taken by every command that runs a model.
 inline Options threads_option() { return {{"threads", "N", "worker threads (default: one per core)"}}; }
 
+/// `--quant-block N`, taken by every command that re-encodes weights as int8 / int4 (read with
+/// quant_block).
+inline Options quant_block_option() {
+    return {{"quant-block", "N", "elements per int8/int4 scale when re-encoding: 32 or 64 (default: 64 for int8, 32 for int4)"}};
+}
+
 /// The options after the subcommand, checked against the command's declared `Options`: an
 /// undeclared option, a flag with a value, a missing value or a repeated option is an error, and
 /// so is a declared option that the command did not read (`finish`), so typos never pass
@@ -131,6 +137,15 @@ public:
         if (ec != std::errc() || p != end || text.empty())
             throw InvalidArgument(command_ + ": --" + name + " expects a number, got '" + text + "'");
         return value;
+    }
+
+    /// `--quant-block`: 32 or 64, or 0 when not given (the format's default).
+    std::int64_t quant_block() {
+        const auto v = get("quant-block");
+        if (!v) return 0;
+        const auto block = parse_number<std::int64_t>("quant-block", *v);
+        if (block != 32 && block != 64) throw InvalidArgument(command_ + ": --quant-block must be 32 or 64, got '" + *v + "'");
+        return block;
     }
 
     /// A size in bytes: a number, optionally followed by K, M or G (KiB, MiB, GiB: powers of 1024).

@@ -30,7 +30,7 @@ std::set<std::string> operator+(std::set<std::string> a, const std::set<std::str
 
 const std::map<std::string, std::set<std::string>> kReads = {
     {"bench", {"config", "weights", "random-weights", "model", "layers", "prompt-tokens", "gen-tokens", "threads", "batch", "bandwidth-mb",
-               "context", "kv", "json", "draft", "accept", "draft-max", "gguf-dir", "keep-gguf", "image-tokens", "repeat"}},
+               "context", "kv", "json", "draft", "accept", "draft-max", "gguf-dir", "keep-gguf", "image-tokens", "repeat", "quant-block"}},
     {"chat", std::set<std::string>{"model", "system", "think", "session", "threads"} + kGeneration + kSpeculative + kMediaFiles},
     {"demo", {"out", "prompt", "threads", "max-new-tokens", "temperature", "seed"}},
     {"detokenize", {"tokenizer", "jsonl", "skip-special"}},
@@ -45,10 +45,10 @@ const std::map<std::string, std::set<std::string>> kReads = {
     {"preprocess-audio", {"audio", "frame-size", "out-frames"}},
     {"preprocess-image", {"image", "max-soft-tokens", "patch-size", "pooling-kernel-size", "ignore-exif-orientation", "pil-resize",
                           "out-patches", "out-positions"}},
-    {"quantize", {"model", "out", "weights"}},
+    {"quantize", {"model", "out", "weights", "quant-block"}},
 #ifdef GEMMA4_HAVE_SERVE  // built only with cpp-httplib
     {"loadgen", {"url", "api-key", "concurrency", "requests", "max-tokens", "prompt", "model", "json", "ignore-eos", "unique-prompts"}},
-    {"serve", std::set<std::string>{"model", "host", "port", "parallel", "ctx-size", "queue", "kv-budget", "api-key", "weights", "max-body",
+    {"serve", std::set<std::string>{"model", "host", "port", "parallel", "ctx-size", "queue", "kv-budget", "api-key", "weights", "quant-block", "max-body",
                                     "max-soft-tokens", "grace", "threads"} + kSpeculative},
 #endif
     {"tokenize", {"tokenizer", "config", "jsonl"}},

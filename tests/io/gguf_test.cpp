@@ -195,7 +195,7 @@ TEST_CASE("gguf: Q8_0 and Q4_0 rows repack into Q8 / Q4 without changing a value
         const DType q = t.type == GgmlType::Q8_0 ? DType::Q8 : DType::Q4;
         const std::int64_t cols = t.row_length();
         std::vector<std::byte> codes(static_cast<std::size_t>(quant::row_bytes(q, cols)));
-        std::vector<std::uint16_t> scales(static_cast<std::size_t>(quant::blocks_per_row(cols)));
+        std::vector<std::uint16_t> scales(static_cast<std::size_t>(quant::blocks_per_row(cols, 32)));
         std::vector<float> want(static_cast<std::size_t>(cols));
         for (std::int64_t r = 0; r < t.rows(); ++r) {
             const std::byte* row = f.data(t) + ggml::bytes_of(t.type, cols) * r;
@@ -203,7 +203,7 @@ TEST_CASE("gguf: Q8_0 and Q4_0 rows repack into Q8 / Q4 without changing a value
             if (q == DType::Q8) ggml::q8_0_to_q8_row(row, cols, codes.data(), scales.data());
             else ggml::q4_0_to_q4_row(row, cols, codes.data(), scales.data());
             for (std::int64_t i = 0; i < quant::padded_cols(cols); ++i) {
-                const float v = quant::dequantize_at(q, codes.data(), scales.data(), i);
+                const float v = quant::dequantize_at(q, 32, codes.data(), scales.data(), i);
                 if (i < cols) REQUIRE(v == want[static_cast<std::size_t>(i)]);
                 else REQUIRE(v == 0.0f);  // padding
             }
@@ -218,8 +218,8 @@ TEST_CASE("gguf: Q8_0 and Q4_0 rows repack into Q8 / Q4 without changing a value
     std::vector<std::uint16_t> scales(4);
     ggml::q4_0_to_q4_row(reinterpret_cast<const std::byte*>(block.data()), 32, codes.data(), scales.data());
     for (int j = 0; j < 16; ++j) {
-        CHECK(quant::dequantize_at(DType::Q4, codes.data(), scales.data(), j) == 0.5f * static_cast<float>(j - 8));
-        CHECK(quant::dequantize_at(DType::Q4, codes.data(), scales.data(), j + 16) == 0.5f * static_cast<float>(7 - j));
+        CHECK(quant::dequantize_at(DType::Q4, 32, codes.data(), scales.data(), j) == 0.5f * static_cast<float>(j - 8));
+        CHECK(quant::dequantize_at(DType::Q4, 32, codes.data(), scales.data(), j + 16) == 0.5f * static_cast<float>(7 - j));
     }
 }
 

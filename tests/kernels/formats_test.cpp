@@ -106,11 +106,11 @@ namespace {
 /// docs/checkpoint-formats.md rather than with the library's encoder: per block of 32, the scale
 /// is max|x| / max_code rounded to f16, each code is x / scale rounded to nearest (ties to even)
 /// and clamped to ±max_code, and the value is code × scale.
-std::vector<double> expected_quantized_row(DType t, const std::vector<float>& x) {
+std::vector<double> expected_quantized_row(DType t, std::size_t block, const std::vector<float>& x) {
     const int max_code = t == DType::Q4 ? 7 : 127;
     std::vector<double> out(x.size());
-    for (std::size_t b0 = 0; b0 < x.size(); b0 += 32) {
-        const std::size_t b1 = std::min(x.size(), b0 + 32);
+    for (std::size_t b0 = 0; b0 < x.size(); b0 += block) {
+        const std::size_t b1 = std::min(x.size(), b0 + block);
         float amax = 0;
         for (std::size_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
         const float scale = f16_to_float(float_to_f16(std::min(amax / static_cast<float>(max_code), 65504.0f)));
@@ -131,9 +131,10 @@ TEST_CASE("the double path dequantizes quantized weights exactly", "[formats]") 
     const Checkpoint source = load_checkpoint(dir);  // bf16, as written
     ModelWeights sw = source.weights;
     const auto ms = big_matrices(sw);
-    for (WeightFormat f : {WeightFormat::Int8, WeightFormat::Int4}) {
-        INFO(weight_format_name(f));
-        const Checkpoint q = load_checkpoint_as(dir, {.format = f});
+    for (WeightFormat f : {WeightFormat::Int8, WeightFormat::Int4})
+        for (std::int64_t block : {32, 64}) {
+        INFO(weight_format_name(f) << " block " << block);
+        const Checkpoint q = load_checkpoint_as(dir, {.format = f, .block = block});
         // Every element the double path reads from a quantized matrix equals code × scale
         // worked out from the source value; the same model with its matrices replaced by those
         // values (f64) then gives the same logits.
@@ -157,7 +158,8 @@ TEST_CASE("the double path dequantizes quantized weights exactly", "[formats]") 
             std::vector<double> got(static_cast<std::size_t>(cols));
             for (std::int64_t r = 0; r < rows; ++r) {
                 for (std::int64_t c = 0; c < cols; ++c) x[static_cast<std::size_t>(c)] = s.at<float>(r * cols + c);
-                const std::vector<double> want = expected_quantized_row(v.dtype, x);
+                REQUIRE(v.block == block);
+                const std::vector<double> want = expected_quantized_row(v.dtype, static_cast<std::size_t>(block), x);
                 detail::load_row<double>(v, r, got.data());
                 for (std::int64_t c = 0; c < cols; ++c) {
                     const auto k = static_cast<std::size_t>(c);
@@ -195,16 +197,23 @@ TEST_CASE("the double path dequantizes quantized weights exactly", "[formats]") 
     }
 }
 
-TEST_CASE("quantized checkpoints round-trip through save and mmap load", "[formats][io]") {
-    for (WeightFormat f : {WeightFormat::Int8, WeightFormat::Int4}) {
-        DYNAMIC_SECTION(weight_format_name(f)) {
-            const auto src = test::temp_dir(std::string("formats_src_") + std::string(weight_format_name(f)));
-            const auto out = test::temp_dir(std::string("formats_out_") + std::string(weight_format_name(f)));
+TEST_CASE("quantized checkpoints round-trip through save and mmap load, in blocks of 32 and 64", "[formats][io]") {
+    for (WeightFormat f : {WeightFormat::Int8, WeightFormat::Int4})
+        for (std::int64_t block : {0, 32, 64})
+        DYNAMIC_SECTION(weight_format_name(f) << " block " << block) {
+            const std::string tag = std::string(weight_format_name(f)) + "_" + std::to_string(block);
+            const auto src = test::temp_dir("formats_src_" + tag);
+            const auto out = test::temp_dir("formats_out_" + tag);
             write_random_checkpoint(src, tiny_config(), {.seed = 7, .dtype = DType::BF16, .shards = 2});
-            const Checkpoint q = load_checkpoint_as(src, {.format = f});
+            const Checkpoint q = load_checkpoint_as(src, {.format = f, .block = block});
+            // 0: the format's own (64 for int8, 32 for int4)
+            const std::int64_t want_block = block ? block : f == WeightFormat::Int8 ? 64 : 32;
+            CHECK(q.weights.layers[1].down_proj.block == want_block);
             save_checkpoint(q, out);
             const Checkpoint back = load_checkpoint(out);
             CHECK(back.weights.layers[1].down_proj.dtype == format_dtype(f));
+            CHECK(back.weights.layers[1].down_proj.block == want_block);
+            CHECK(SafetensorsFile(out / "model.safetensors").metadata().at("gemma4.block_size") == std::to_string(want_block));
             ModelWeights a = q.weights, b = back.weights;
             const auto ma = big_matrices(a), mb = big_matrices(b);
             REQUIRE(ma.size() == mb.size());
@@ -214,7 +223,7 @@ TEST_CASE("quantized checkpoints round-trip through save and mmap load", "[forma
                 CHECK(ma[i]->layout == WeightView::Layout::Panels);
                 CHECK(mb[i]->layout == WeightView::Layout::Rows);
                 REQUIRE(mb[i]->size_bytes == static_cast<std::size_t>(mb[i]->rows() * quant::row_bytes(mb[i]->dtype, mb[i]->cols())));
-                const std::int64_t rb = quant::row_bytes(ma[i]->dtype, ma[i]->cols()), nb = quant::blocks_per_row(ma[i]->cols());
+                const std::int64_t rb = quant::row_bytes(ma[i]->dtype, ma[i]->cols()), nb = quant::blocks_per_row(ma[i]->cols(), want_block);
                 std::vector<std::byte> ca(static_cast<std::size_t>(rb)), cb(ca.size());
                 std::vector<std::uint16_t> sa(static_cast<std::size_t>(nb)), sb(sa.size());
                 std::int64_t differ = 0;
@@ -239,7 +248,6 @@ TEST_CASE("quantized checkpoints round-trip through save and mmap load", "[forma
             REQUIRE(l1.values.size() == l2.values.size());
             CHECK(std::memcmp(l1.values.data(), l2.values.data(), l1.values.size() * sizeof(float)) == 0);
         }
-    }
 }
 
 namespace {
@@ -273,9 +281,14 @@ TEST_CASE("inconsistent quantized checkpoints are clear errors", "[formats][erro
     REQUIRE_THROWS_AS(load_checkpoint(bad), FormatError);
     REQUIRE_THROWS_WITH(load_checkpoint(bad), Catch::Contains("weight_format 'int3' is not int8 or int4"));
 
-    rewrite(good, bad, [](auto&, auto& m) { m["gemma4.block_size"] = "64"; });
+    rewrite(good, bad, [](auto&, auto& m) { m["gemma4.block_size"] = "48"; });
     REQUIRE_THROWS_AS(load_checkpoint(bad), FormatError);
-    REQUIRE_THROWS_WITH(load_checkpoint(bad), Catch::Contains("block_size must be '32'"));
+    REQUIRE_THROWS_WITH(load_checkpoint(bad), Catch::Contains("block_size must be '32' or '64' for int8"));
+
+    // int8 is written in blocks of 64: said to be 32, the scales have half the columns they need
+    rewrite(good, bad, [](auto&, auto& m) { m["gemma4.block_size"] = "32"; });
+    REQUIRE_THROWS_AS(load_checkpoint(bad), ShapeError);
+    REQUIRE_THROWS_WITH(load_checkpoint(bad), Catch::Contains("_scale' holds F16") && Catch::Contains("expected F16"));
 
     rewrite(good, bad, [&](auto& refs, auto&) {
         for (auto& r : refs)

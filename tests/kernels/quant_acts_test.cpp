@@ -24,11 +24,11 @@ struct Quantized {
 };
 
 template <class RowFn>
-Quantized quantize(const std::vector<float>& x, RowFn row) {
-    const auto cols = static_cast<std::int64_t>(x.size()), blocks = quant::blocks_per_row(cols);
-    Quantized out{std::vector<std::int8_t>(static_cast<std::size_t>(blocks * quant::kBlock), 99), std::vector<float>(static_cast<std::size_t>(blocks)),
+Quantized quantize(const std::vector<float>& x, std::int64_t block, RowFn row) {
+    const auto cols = static_cast<std::int64_t>(x.size()), blocks = quant::blocks_per_row(cols, block);
+    Quantized out{std::vector<std::int8_t>(static_cast<std::size_t>(blocks * block), 99), std::vector<float>(static_cast<std::size_t>(blocks)),
                   std::vector<std::int32_t>(static_cast<std::size_t>(blocks))};
-    row(x.data(), cols, blocks, out.q.data(), out.scale.data(), out.sum.data());
+    row(x.data(), cols, block, blocks, out.q.data(), out.scale.data(), out.sum.data());
     return out;
 }
 
@@ -37,7 +37,7 @@ Quantized quantize(const std::vector<float>& x, RowFn row) {
 std::vector<std::vector<float>> test_rows() {
     std::vector<std::vector<float>> rows;
     test::Rng rng{42};
-    for (std::int64_t cols : {32, 96, 128, 200, 3840, 31, 33}) {
+    for (std::int64_t cols : {32, 96, 128, 200, 3840, 31, 33, 63, 65}) {
         std::vector<float> x(static_cast<std::size_t>(cols));
         for (auto& v : x) v = static_cast<float>(rng.symmetric() * 3.0);
         rows.push_back(x);
@@ -57,9 +57,9 @@ std::vector<std::vector<float>> test_rows() {
 
 TEST_CASE("a block of activations: scale max|x|/127, codes rounded to nearest, sum of codes", "[kernels][quant]") {
     const float x[5] = {1.0f, -2.0f, 0.5f, 127.0f / 254.0f * 2.0f, 0.0f};
-    std::int8_t q[quant::kBlock];
+    std::int8_t q[64];
     std::int32_t sum = 0;
-    const float d = detail::quantize_block(x, 5, q, sum);
+    const float d = detail::quantize_block(x, 5, 64, q, sum);
     CHECK(d == 2.0f / 127.0f);
     // x · 127/2: 63.5 → 64 (ties to even), −127, 31.75 → 32, 63.5 → 64, 0
     CHECK(q[0] == 64);
@@ -67,10 +67,10 @@ TEST_CASE("a block of activations: scale max|x|/127, codes rounded to nearest, s
     CHECK(q[2] == 32);
     CHECK(q[3] == 64);
     CHECK(q[4] == 0);
-    for (int i = 5; i < quant::kBlock; ++i) CHECK(q[i] == 0);
+    for (int i = 5; i < 64; ++i) CHECK(q[i] == 0);  // the rest of the block
     CHECK(sum == 64 - 127 + 32 + 64);
     const float zero[3] = {0, 0, 0};
-    CHECK(detail::quantize_block(zero, 3, q, sum) == 0.0f);
+    CHECK(detail::quantize_block(zero, 3, 32, q, sum) == 0.0f);
     CHECK(sum == 0);
 }
 
@@ -79,13 +79,14 @@ namespace {
 /// quantize_row of one level against the portable code on every test row, bit for bit.
 template <class RowFn>
 void check_same_as_portable(RowFn row) {
-    for (const auto& x : test_rows()) {
-        INFO("cols " << x.size());
-        const Quantized want = quantize(x, detail::quantize_row_portable), got = quantize(x, row);
-        CHECK(got.q == want.q);
-        CHECK(std::memcmp(got.scale.data(), want.scale.data(), want.scale.size() * sizeof(float)) == 0);
-        CHECK(got.sum == want.sum);
-    }
+    for (std::int64_t block : {32, 64})
+        for (const auto& x : test_rows()) {
+            INFO("cols " << x.size() << " block " << block);
+            const Quantized want = quantize(x, block, detail::quantize_row_portable), got = quantize(x, block, row);
+            CHECK(got.q == want.q);
+            CHECK(std::memcmp(got.scale.data(), want.scale.data(), want.scale.size() * sizeof(float)) == 0);
+            CHECK(got.sum == want.sum);
+        }
 }
 
 }  // namespace
@@ -101,31 +102,33 @@ TEST_CASE("avx512 path: activations quantize as the portable code, bit for bit",
     check_same_as_portable(detail::avx512::quantize_row);
 }
 
-TEST_CASE("amx path: each group's activations lie block by block, 16 tokens of 32 codes, zero-padded and cache-line aligned", "[kernels][quant][isa][amx]") {
+TEST_CASE("amx path: each group's activations lie unit by unit, 16 tokens of 32 codes, zero-padded and cache-line aligned", "[kernels][quant][isa][amx]") {
     if (const auto why = test::level_unavailable(Isa::Amx); !why.empty()) GEMMA4_SKIP(why);
     using Amx = detail::amx::PanelAmx;
-    constexpr std::int64_t G = Amx::G, B = quant::kBlock;
+    constexpr std::int64_t G = Amx::G, U = quant::kUnit;
     test::Rng rng{7};
     Amx::TileActs tiles;
     // Growing sizes reallocate the buffer: each must start on a line (a 32-byte tile row 16 bytes
     // into a line straddles two).
-    for (std::int64_t tokens : {8, 21, 40}) {
-        const std::int64_t cols = 200;
-        std::vector<float> x(static_cast<std::size_t>(tokens * cols));
-        for (auto& v : x) v = static_cast<float>(rng.symmetric());
-        detail::QuantActs a;
-        detail::shape_activations(tokens, cols, a);
-        detail::quantize_activations({x.data(), cols}, 0, tokens, a);
-        const std::int64_t groups = (tokens + G - 1) / G;
-        tiles.assign(static_cast<std::size_t>(groups * a.blocks * G * B), std::int8_t{99});
-        REQUIRE(reinterpret_cast<std::uintptr_t>(tiles.data()) % detail::kCacheLine == 0);
-        Amx::group_tiles(a, 0, tokens, tiles);
-        for (std::int64_t t = 0; t < groups * G; ++t)
-            for (std::int64_t b = 0; b < a.blocks; ++b) {
-                const std::int8_t* row = tiles.data() + (t / G * a.blocks + b) * Amx::kGroupBlockBytes + t % G * B;
-                INFO("tokens " << tokens << " token " << t << " block " << b);
-                if (t < tokens) CHECK(std::memcmp(row, a.q_row(t) + b * B, B) == 0);
-                else CHECK(std::all_of(row, row + B, [](std::int8_t c) { return c == 0; }));
-            }
-    }
+    for (std::int64_t block : {32, 64})
+        for (std::int64_t tokens : {8, 21, 40}) {
+            const std::int64_t cols = 200;
+            std::vector<float> x(static_cast<std::size_t>(tokens * cols));
+            for (auto& v : x) v = static_cast<float>(rng.symmetric());
+            detail::QuantActs a;
+            detail::shape_activations(tokens, cols, block, a);
+            detail::quantize_activations({x.data(), cols}, 0, tokens, a);
+            const std::int64_t groups = (tokens + G - 1) / G, units = a.padded / U;
+            tiles.assign(Amx::tile_bytes(a), std::int8_t{99});
+            REQUIRE(tiles.size() == static_cast<std::size_t>(groups * units * G * U));
+            REQUIRE(reinterpret_cast<std::uintptr_t>(tiles.data()) % detail::kCacheLine == 0);
+            Amx::group_tiles(a, 0, tokens, tiles);
+            for (std::int64_t t = 0; t < groups * G; ++t)
+                for (std::int64_t u = 0; u < units; ++u) {
+                    const std::int8_t* row = tiles.data() + (t / G * units + u) * Amx::kGroupUnitBytes + t % G * U;
+                    INFO("block " << block << " tokens " << tokens << " token " << t << " unit " << u);
+                    if (t < tokens) CHECK(std::memcmp(row, a.q_row(t) + u * U, U) == 0);
+                    else CHECK(std::all_of(row, row + U, [](std::int8_t c) { return c == 0; }));
+                }
+        }
 }

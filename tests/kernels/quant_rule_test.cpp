@@ -67,12 +67,13 @@ float kv_before(const T* x, std::int64_t n, std::int8_t* codes) {
     return d;
 }
 
-// The weight quantizer as tensor/quant.hpp wrote it out.
+// The weight quantizer as tensor/quant.hpp wrote it out, when every block was 32 elements.
 void weights_before(DType t, const float* src, std::int64_t cols, std::byte* codes, std::uint16_t* scales) {
-    const std::int64_t kp = quant::padded_cols(cols), nb = kp / quant::kBlock;
+    constexpr std::int64_t kBlock = 32;
+    const std::int64_t kp = quant::padded_cols(cols), nb = kp / kBlock;
     if (t == DType::Q4) std::memset(codes, 0, static_cast<std::size_t>(kp / 2));
     for (std::int64_t b = 0; b < nb; ++b) {
-        const std::int64_t i0 = b * quant::kBlock, i1 = std::min(cols, i0 + quant::kBlock);
+        const std::int64_t i0 = b * kBlock, i1 = std::min(cols, i0 + kBlock);
         float amax = 0;
         for (std::int64_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(src[i]));
         const std::uint16_t s = quant::block_scale(amax, t);
@@ -80,7 +81,7 @@ void weights_before(DType t, const float* src, std::int64_t cols, std::byte* cod
         const float d = f16_to_float(s);
         const float inv = d > 0 ? 1.0f / d : 0.0f;
         const int lim = quant::max_code(t);
-        for (std::int64_t i = i0; i < i0 + quant::kBlock; ++i) {
+        for (std::int64_t i = i0; i < i0 + kBlock; ++i) {
             int q = 0;
             if (i < i1) q = std::clamp(static_cast<int>(std::nearbyint(src[i] * inv)), -lim, lim);
             if (t == DType::Q8) {
@@ -121,7 +122,7 @@ TEST_CASE("activations: quantize_block is the shared rule and the same bits as b
         for (const std::vector<float>& x : rule_blocks<float>(n)) {
             std::vector<std::int8_t> now(32, 99), before(32, 0), shared(static_cast<std::size_t>(n));
             std::int32_t sum = 0;
-            const float d = detail::quantize_block(x.data(), n, now.data(), sum);
+            const float d = detail::quantize_block(x.data(), n, 32, now.data(), sum);
             const float d_before = activations_before(x.data(), n, before.data());
             const float d_shared = quant::quantize_symmetric(x.data(), n, 127, shared.data());
             CHECK(std::memcmp(&d, &d_before, 4) == 0);
@@ -164,14 +165,14 @@ TEST_CASE("K/V: the int8 cache stores the shared rule's codes and scales", "[ker
     }
 }
 
-TEST_CASE("weights: quantize_row gives the bits it gave before, Q8 and Q4", "[kernels][quant][rule]") {
+TEST_CASE("weights: quantize_row in blocks of 32 gives the bits it gave before, Q8 and Q4", "[kernels][quant][rule]") {
     for (const DType t : {DType::Q8, DType::Q4})
         for (const std::int64_t cols : {std::int64_t{128}, std::int64_t{200}}) {
             const auto blocks = rule_blocks<float>(cols);
             for (const std::vector<float>& x : blocks) {
                 std::vector<std::byte> a(static_cast<std::size_t>(quant::row_bytes(t, cols))), b(a.size());
-                std::vector<std::uint16_t> sa(static_cast<std::size_t>(quant::blocks_per_row(cols))), sb(sa.size());
-                quant::quantize_row(t, x.data(), cols, a.data(), sa.data());
+                std::vector<std::uint16_t> sa(static_cast<std::size_t>(quant::blocks_per_row(cols, 32))), sb(sa.size());
+                quant::quantize_row(t, 32, x.data(), cols, a.data(), sa.data());
                 weights_before(t, x.data(), cols, b.data(), sb.data());
                 CHECK(a == b);
                 CHECK(sa == sb);
@@ -224,9 +225,9 @@ TEST_CASE("a Q4_0 row decodes to the same values as GGUF and as our Q4 row", "[k
     std::vector<float> gguf(static_cast<std::size_t>(cols)), ours(static_cast<std::size_t>(cols));
     ggml::dequantize_row(GgmlType::Q4_0, q4_0.data(), cols, gguf.data());
     std::vector<std::byte> codes(static_cast<std::size_t>(quant::row_bytes(DType::Q4, cols)));
-    std::vector<std::uint16_t> scales(static_cast<std::size_t>(quant::blocks_per_row(cols)));
+    std::vector<std::uint16_t> scales(static_cast<std::size_t>(quant::blocks_per_row(cols, 32)));
     ggml::q4_0_to_q4_row(q4_0.data(), cols, codes.data(), scales.data());
-    quant::dequantize_row(DType::Q4, codes.data(), scales.data(), cols, ours.data());
+    quant::dequantize_row(DType::Q4, 32, codes.data(), scales.data(), cols, ours.data());
     CHECK(gguf == ours);
     for (std::int64_t i = cols; i < quant::padded_cols(cols); ++i) CHECK(quant::code_at(DType::Q4, codes.data(), i) == 0);
 }

@@ -376,11 +376,13 @@ TEST_CASE("gguf streaming writer: the same bytes as the in-memory writer, and a 
 TEST_CASE("gguf export: Q8 and Q4 weights as Q8_0 / Q4_0 load back with the config and bit-identical logits", "[model][gguf][gguf-export]") {
     const Gemma4Config c = export_config();
     const auto dir = test::temp_dir("gguf_export");
-    for (const WeightFormat format : {WeightFormat::Int8, WeightFormat::Int4}) {
+    const std::pair<WeightFormat, std::int64_t> formats[] = {
+        {WeightFormat::Int8, 32}, {WeightFormat::Int4, 32}, {WeightFormat::Int8, 64}, {WeightFormat::Int4, 64}};
+    for (const auto& [format, block] : formats) {
         const bool q8 = format == WeightFormat::Int8;
-        INFO((q8 ? "int8 -> Q8_0" : "int4 -> Q4_0"));
-        ModelWeights w = random_weights(c, format, 7, 2);
-        const auto path = dir / (q8 ? "q8_0.gguf" : "q4_0.gguf");
+        INFO((q8 ? "int8 -> Q8_0" : "int4 -> Q4_0") << ", blocks of " << block);
+        ModelWeights w = random_weights(c, format, 7, 2, block);
+        const auto path = dir / ((q8 ? "q8_0_" : "q4_0_") + std::to_string(block) + ".gguf");
         const std::uint64_t bytes = write_gguf_model(path, c, w, 2);
         CHECK(std::filesystem::file_size(path) == bytes);
 
@@ -406,9 +408,23 @@ TEST_CASE("gguf export: Q8 and Q4 weights as Q8_0 / Q4_0 load back with the conf
 
         const Model<float> from_file = Model<float>::load(path, ModelOptions{2});
         const Model<float> in_memory(Checkpoint{c, std::move(w), {}, "model.language_model."}, ModelOptions{2});
-        std::vector<std::int32_t> ids;
-        for (std::int32_t i = 0; i < 20; ++i) ids.push_back(2 + (i * 37) % 500);  // past the window of 8
-        CHECK(from_file.logits(ids).values == in_memory.logits(ids).values);
+        if (block == 32) {  // the same blocks: the same model
+            std::vector<std::int32_t> ids;
+            for (std::int32_t i = 0; i < 20; ++i) ids.push_back(2 + (i * 37) % 500);  // past the window of 8
+            CHECK(from_file.logits(ids).values == in_memory.logits(ids).values);
+        } else {  // a block of 64 is two Q8_0 / Q4_0 blocks with its scale: the same values, in blocks of 32
+            ModelWeights a = from_file.weights(), b = in_memory.weights();
+            const auto ma = big_matrices(a), mb = big_matrices(b);
+            REQUIRE(ma.size() == mb.size());
+            for (std::size_t i = 0; i < ma.size(); ++i) {
+                INFO(mb[i]->name);
+                CHECK(ma[i]->block == 32);
+                CHECK(mb[i]->block == 64);
+                std::int64_t differ = 0;
+                for (std::int64_t e = 0; e < mb[i]->numel(); e += 7) differ += ma[i]->at<float>(e) != mb[i]->at<float>(e);
+                CHECK(differ == 0);
+            }
+        }
     }
     // What GGUF cannot hold is refused by name.
     ModelWeights odd = random_weights(c, WeightFormat::Int8, 1, 2);

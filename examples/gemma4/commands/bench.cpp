@@ -370,6 +370,7 @@ int run(cli::Args& args) {
     const auto gguf_dir = args.get("gguf-dir");
     const bool keep_gguf = args.flag("keep-gguf");
     const auto layers_opt = args.get("layers");
+    const std::int64_t quant_block = args.quant_block();
     args.finish();
     std::vector<double> accepts;
     std::vector<std::int64_t> draft_lengths;
@@ -400,6 +401,8 @@ int run(cli::Args& args) {
         throw InvalidArgument("bench: --weights must be int8, int4, bf16, q8_0 or q4_0 (with --model: as-stored, bf16, int8 or int4), got '" +
                               weights + "'");
     if ((gguf_dir || keep_gguf) && gguf_type.empty()) throw InvalidArgument("bench: --gguf-dir and --keep-gguf need --weights q8_0 or q4_0");
+    if (quant_block && (gguf_type.size() || (*format != WeightFormat::Int8 && *format != WeightFormat::Int4)))
+        throw InvalidArgument("bench: --quant-block applies to --weights int8 and int4 (q8_0 / q4_0 have blocks of 32)");
     if (gguf_type.size() && draft == "assistant") throw InvalidArgument("bench: --draft assistant loads its own weights: not with q8_0 / q4_0");
     const std::int64_t max_layers = c.num_hidden_layers;
     const std::int64_t layers = layers_opt ? args.parse_number<std::int64_t>("layers", *layers_opt) : max_layers;
@@ -427,7 +430,9 @@ int run(cli::Args& args) {
     if (model_path) say("loading " + *model_path + " as " + weights + " ...");
     else say("generating random " + (gguf_type.empty() ? weights : std::string(gguf_type == "q8_0" ? "int8" : "int4")) + " weights for " + std::to_string(layers) + " layers ...");
     auto t0 = Clock::now();
-    Checkpoint ck = model_path ? Checkpoint{} : Checkpoint{c, random_weights(c, *format, 1, threads), {}, "model.language_model."};
+    // q8_0 / q4_0 hold 32-element blocks: the weights written to the file are made so
+    const std::int64_t block = gguf_type.size() ? 32 : quant_block;
+    Checkpoint ck = model_path ? Checkpoint{} : Checkpoint{c, random_weights(c, *format, 1, threads, block), {}, "model.language_model."};
     const double gen_s = seconds_since(t0);
     double weight_bytes = static_cast<double>(matrix_bytes(ck.weights));
     // A few plain ids (no placeholders) from `seed`.
@@ -445,7 +450,7 @@ int run(cli::Args& args) {
     scratch.keep = keep_gguf;
     const auto load_t0 = Clock::now();
     const Model<float> measured = [&] {
-        if (model_path) return Model<float>::load(*model_path, ModelOptions{threads}, LoadOptions{.format = *format});
+        if (model_path) return Model<float>::load(*model_path, ModelOptions{threads}, LoadOptions{.format = *format, .block = quant_block});
         if (gguf_type.empty()) return Model<float>(std::move(ck), ModelOptions{threads});
         gguf.type = gguf_type;
         gguf.path = std::filesystem::path(gguf_dir.value_or(std::filesystem::temp_directory_path().string())) /
@@ -553,7 +558,7 @@ int run(cli::Args& args) {
         const auto scratch = std::filesystem::temp_directory_path() / ("gemma4-bench-assistant-" + std::to_string(::getpid()));
         say("writing a random 12B assistant to " + scratch.string() + " and loading it as " + weights + " ...");
         write_random_assistant_checkpoint(scratch, gemma4_12b_assistant_config(), {.seed = 3});
-        const Assistant<float> assistant = Assistant<float>::load(scratch, measured, ModelOptions{threads}, LoadOptions{.format = *format});
+        const Assistant<float> assistant = Assistant<float>::load(scratch, measured, ModelOptions{threads}, LoadOptions{.format = *format, .block = quant_block});
         std::filesystem::remove_all(scratch);
         AssistantWeights views = assistant.weights();  // views: a cheap copy
         for (const WeightView* w : assistant_matrices(views)) assistant_bytes += w->size_bytes + w->scale_bytes();
@@ -586,8 +591,10 @@ int run(cli::Args& args) {
     const std::size_t rss = peak_rss_bytes();
 
     const KernelChoice kernels = active_kernels();
+    const WeightView& lm_head = measured.weights().embed_tokens;
     nlohmann::json j{{"config", model_path ? *model_path : config_name},
                      {"weights", weights},
+                     {"quant_block", lm_head.quantized() ? lm_head.block : 0},  // elements per scale of the int8/int4 matrices
                      {"layers", c.num_hidden_layers},
                      {"threads", pool_size},
                      {"prompt_tokens", P},
@@ -725,7 +732,7 @@ const cli::Command reg{"bench", "prefill/decode speed with random weights at the
                            {"image-tokens", "N[,N...]", "time the vision embedder on images of N soft tokens, its dense products by the kernels and by Eigen (with --random-weights --weights bf16)"},
                            {"repeat", "N", "with --image-tokens: runs of each, the best kept (default: 3)"},
                            {"json", "", "print one JSON object on stdout"},
-                       } + cli::threads_option(),
+                       } + cli::quant_block_option() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_bench

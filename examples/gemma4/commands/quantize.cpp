@@ -19,11 +19,12 @@ int run(cli::Args& args) {
     const std::string model_dir = args.require("model");
     const std::string out = args.require("out");
     const std::string weights = args.require("weights");
+    const std::int64_t block = args.quant_block();
     args.finish();
     const auto format = parse_weight_format(weights);
     if (!format || (*format != WeightFormat::Int8 && *format != WeightFormat::Int4))
         throw InvalidArgument("quantize: --weights must be int8 or int4, got '" + weights + "'");
-    LoadOptions load{.multimodal = true, .format = *format};
+    LoadOptions load{.multimodal = true, .format = *format, .block = block};
     load.progress = [](std::size_t done, std::size_t total, const std::string&) {
         const int width = 40, filled = static_cast<int>(width * done / total);
         std::fprintf(stderr, "\rquantizing [%s%s] %zu/%zu", std::string(static_cast<std::size_t>(filled), '#').c_str(),
@@ -42,11 +43,11 @@ int run(cli::Args& args) {
 }
 
 const cli::Command reg{"quantize", "write a checkpoint re-encoded as int8 or int4",
-                       {
+                       cli::Options{
                            {"model", "PATH", "checkpoint directory (a model or an assistant) or .gguf file to read", cli::kRequired},
                            {"weights", "int8|int4", "format to write", cli::kRequired},
                            {"out", "DIR", "directory to write", cli::kRequired},
-                       },
+                       } + cli::quant_block_option(),
                        run};
 
 }  // namespace cmd_quantize

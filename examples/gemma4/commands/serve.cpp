@@ -527,6 +527,7 @@ int run(cli::Args& args) {
     engine_options.max_queue = args.number<std::int32_t>("queue", engine_options.max_queue);
     engine_options.kv_bytes = args.bytes("kv-budget", 0);
     const std::string weights = args.get("weights").value_or("as-stored");
+    const std::int64_t quant_block = args.quant_block();
     const auto threads = args.number<unsigned>("threads", 0);
     const cli::SpeculativeArgs draft_args = cli::read_speculative_args(args);
     args.finish();
@@ -556,7 +557,7 @@ int run(cli::Args& args) {
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
 
-    const Model<float> model = Model<float>::load(dir, ModelOptions{threads}, LoadOptions{.format = *format});
+    const Model<float> model = Model<float>::load(dir, ModelOptions{threads}, LoadOptions{.format = *format, .block = quant_block});
     const auto tokenizer = cli::load_tokenizer_if_present(dir);
     if (!tokenizer) throw IoError(cli::tokenizer_location(dir) + ": not found (the server needs the tokenizer)");
     const GenerationConfig generation = cli::checkpoint_generation_config(dir);
@@ -627,7 +628,7 @@ const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completion
                            {"max-body", "BYTES", "largest request body; larger ones get 413 (default: 16 MiB)"},
                            {"max-soft-tokens", "N", "soft tokens per image: 70, 140, 280 (default), 560 or 1120"},
                            {"grace", "SECONDS", "on SIGINT/SIGTERM, time given to in-flight requests before they are cancelled (default: 10)"},
-                       } + cli::speculative_options() + cli::threads_option(),
+                       } + cli::speculative_options() + cli::quant_block_option() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_serve

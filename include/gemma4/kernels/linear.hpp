@@ -60,7 +60,7 @@ inline void load_row(const WeightView& w, std::int64_t r, T* out) {
         case DType::Q8:
         case DType::Q4: {
             const FileRow row = file_row(w, r);
-            quant::dequantize_row(w.dtype, row.codes, row.scales, cols, out);
+            quant::dequantize_row(w.dtype, w.block, row.codes, row.scales, cols, out);
             return;
         }
         default:
@@ -165,7 +165,7 @@ struct LinearOut {
 };
 
 /// linear for several matrices over the same input (attn.qkv_proj, mlp.gate_up). Q8/Q4 matrices
-/// of one dtype share one quantization of x and one parallel region (each output bit-identical
+/// of one dtype and block size share one quantization of x and one parallel region (each output bit-identical
 /// to its own call); other weights run one matrix after the other.
 template <class T>
 void linear(std::span<const LinearOut<T>> outs, Rows<const T> x, std::int64_t tokens, ThreadPool& pool) {
@@ -173,7 +173,7 @@ void linear(std::span<const LinearOut<T>> outs, Rows<const T> x, std::int64_t to
     if constexpr (std::is_same_v<T, float>) {
         const WeightView& w0 = *outs.front().w;
         const bool shared = w0.quantized() && std::all_of(outs.begin(), outs.end(), [&](const LinearOut<T>& o) {
-                                return o.w->dtype == w0.dtype && o.w->cols() == w0.cols();
+                                return o.w->dtype == w0.dtype && o.w->block == w0.block && o.w->cols() == w0.cols();
                             });
         if (shared) {
             std::vector<detail::QuantTarget> targets;

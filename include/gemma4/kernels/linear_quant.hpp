@@ -1,5 +1,5 @@
 // linear for Q8/Q4 weights held as panels of 16 rows (tensor/quant.hpp). The activations of a
-// call are quantized once to int8 per 32-element block (kernels/quant_acts.hpp), so each
+// call are quantized once to int8 per block of the weights' size (kernels/quant_acts.hpp), so each
 // block's dot product is exact in int32 and every output is y = Σ_b isum_b · (w_scale_b ·
 // x_scale_b), summed over the blocks in order with one multiply-add per block. The kernels of
 // every level perform exactly that float sequence, so an output does not depend on the thread
@@ -30,34 +30,37 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace gemma4::inline GEMMA4_ABI::detail {
 
-/// The integer dot product of weight block b (codes, Q4 minus offset) with activation block b.
-inline std::int32_t block_dot(DType type, const std::byte* codes, const std::int8_t* xq, std::int64_t b) {
+/// The integer dot product of weight block b (`block` codes, Q4 minus offset) with activation block b.
+inline std::int32_t block_dot(DType type, std::int64_t block, const std::byte* codes, const std::int8_t* xq, std::int64_t b) {
     std::int32_t s = 0;
+    const std::int8_t* x = xq + b * block;
     if (type == DType::Q8) {
-        const auto* w = reinterpret_cast<const std::int8_t*>(codes) + b * quant::kBlock;
-        const std::int8_t* x = xq + b * quant::kBlock;
-        for (int i = 0; i < quant::kBlock; ++i) s += static_cast<std::int32_t>(w[i]) * x[i];
+        const auto* w = reinterpret_cast<const std::int8_t*>(codes) + b * block;
+        for (std::int64_t i = 0; i < block; ++i) s += static_cast<std::int32_t>(w[i]) * x[i];
         return s;
     }
-    // Q4: block k of a 128-group is the low (k < 2) or high nibbles of bytes (k % 2)·32 … +32.
-    const std::int64_t g = b / 4, k = b % 4;
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(codes) + g * 64 + (k % 2) * 32;
-    const std::int8_t* x = xq + b * quant::kBlock;
-    // Nibbles are unpacked four at a time in 32-bit words (quant::low_nibble / high_nibble of
-    // four bytes at once): GCC 12 with AVX-512 miscompiles the vectorised per-byte form
-    // (`byte >> 4` widened to int32 loses its mask).
-    const unsigned shift = k >= 2 ? 4u : 0u;
-    for (int j = 0; j < quant::kBlock / 4; ++j) {
-        std::uint32_t v;
-        std::memcpy(&v, bytes + 4 * j, 4);
-        v = (v >> shift) & 0x0f0f0f0fu;
-        for (int l = 0; l < 4; ++l)
-            s += (static_cast<std::int32_t>((v >> (8 * l)) & 0xffu) - quant::kQ4Offset) * x[4 * j + l];
+    // Q4, a 32-column unit at a time: unit k of a 128-group is the low (k < 2) or high nibbles of
+    // bytes (k % 2)·32 … +32.
+    for (std::int64_t u = b * block / quant::kUnit; u < (b + 1) * block / quant::kUnit; ++u, x += quant::kUnit) {
+        const std::int64_t g = u / 4, k = u % 4;
+        const auto* bytes = reinterpret_cast<const std::uint8_t*>(codes) + g * 64 + (k % 2) * 32;
+        // Nibbles are unpacked four at a time in 32-bit words (quant::low_nibble / high_nibble of
+        // four bytes at once): GCC 12 with AVX-512 miscompiles the vectorised per-byte form
+        // (`byte >> 4` widened to int32 loses its mask).
+        const unsigned shift = k >= 2 ? 4u : 0u;
+        for (int j = 0; j < quant::kUnit / 4; ++j) {
+            std::uint32_t v;
+            std::memcpy(&v, bytes + 4 * j, 4);
+            v = (v >> shift) & 0x0f0f0f0fu;
+            for (int l = 0; l < 4; ++l)
+                s += (static_cast<std::int32_t>((v >> (8 * l)) & 0xffu) - quant::kQ4Offset) * x[4 * j + l];
+        }
     }
     return s;
 }
@@ -72,7 +75,7 @@ inline FileRow file_row(const WeightView& w, std::int64_t n) {
     thread_local std::vector<std::byte> codes;
     thread_local std::vector<std::uint16_t> scales;
     codes.resize(static_cast<std::size_t>(quant::row_bytes(w.dtype, w.cols())));
-    scales.resize(static_cast<std::size_t>(quant::blocks_per_row(w.cols())));
+    scales.resize(static_cast<std::size_t>(quant::blocks_per_row(w.cols(), w.block)));
     w.quant_row(n, codes.data(), scales.data());
     return {codes.data(), scales.data()};
 }
@@ -89,7 +92,7 @@ inline void quant_row_portable(const WeightView& w, std::int64_t n, const QuantA
         const float* xs = a.scale_row(t);
         float acc = 0;
         for (std::int64_t b = 0; b < a.blocks; ++b)
-            acc += static_cast<float>(block_dot(w.dtype, row.codes, xq, b)) * (ws[static_cast<std::size_t>(b)] * xs[b]);
+            acc += static_cast<float>(block_dot(w.dtype, w.block, row.codes, xq, b)) * (ws[static_cast<std::size_t>(b)] * xs[b]);
         y.row(t)[n] = acc;
     }
 }
@@ -140,19 +143,21 @@ struct QuantTarget {
     Rows<float> y;
 };
 
-/// y_i[t, n] = Σ_k x[t, k] · w_i[n, k] for Q8/Q4 matrices w_i of one dtype and one column count
-/// and float x: x is quantized once, and the matrices' panels (or rows) form one parallel region.
+/// y_i[t, n] = Σ_k x[t, k] · w_i[n, k] for Q8/Q4 matrices w_i of one dtype, block size and column
+/// count and float x: x is quantized once, and the matrices' panels (or rows) form one parallel region.
 /// `kernel` must be one that quant_kernel_runs.
 inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float> x, std::int64_t tokens, ThreadPool& pool,
                          QuantKernel kernel = quant_kernel_for(active_isa(), isa_report().features)) {
     const WeightView& w0 = *targets.front().w;
     const std::int64_t K = w0.cols();
     for (const QuantTarget& t : targets)
-        if (t.w->dtype != w0.dtype || t.w->cols() != K)
-            throw InvalidArgument("linear_quant: '" + t.w->name + "' does not share the dtype and columns of '" + w0.name + "'");
+        if (t.w->dtype != w0.dtype || t.w->block != w0.block || t.w->cols() != K)
+            throw InvalidArgument("linear_quant: '" + t.w->name + "' does not share the dtype, block size and columns of '" + w0.name + "'");
+    if (!quant::valid_block(w0.block))
+        throw InvalidArgument("linear_quant: '" + w0.name + "' has blocks of " + std::to_string(w0.block) + " elements, not 32 or 64");
     thread_local QuantActs acts;
     QuantActs& a = acts;  // the caller's, also in the lambdas below
-    shape_activations(tokens, K, a);
+    shape_activations(tokens, K, w0.block, a);
     // The activations are prepared by all threads when there are several tokens.
     auto prepare = [&](auto&& per_tokens) {
         if (tokens == 1) per_tokens(0, 1);
@@ -176,11 +181,10 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
     };
     const bool panels = std::all_of(targets.begin(), targets.end(), [](const QuantTarget& t) { return t.w->layout == WeightView::Layout::Panels; });
     if (kernel != QuantKernel::Portable && panels) {
-        constexpr std::int64_t G = kGroupTokens;
         const bool amx = kernel == QuantKernel::Amx && tokens >= amx::kMinTokens;
         // The first token of the groups that a vector pass takes: all (no AMX), or those of a
         // last group too small for tiles. Tokens before it go through AMX tiles.
-        const std::int64_t vnni_from = !amx ? 0 : tokens % G >= amx::kMinTokens ? tokens : tokens / G * G;
+        const std::int64_t vnni_from = !amx ? 0 : tokens % kGroupTokens >= amx::kMinTokens ? tokens : tokens / kGroupTokens * kGroupTokens;
         if (kernel == QuantKernel::Amx && !amx) kernel = QuantKernel::Avx512;
         const DType dtype = w0.dtype;
         const int offset = kernel == QuantKernel::Avx2      ? avx2::PanelAvx2::offset(dtype)
@@ -192,7 +196,7 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
         GroupActs& ga = groups;
         amx::PanelAmx::TileActs& tiles = amx_tiles;
         shape_group_acts(a, ga);
-        if (amx) tiles.resize(static_cast<std::size_t>((tokens + G - 1) / G * a.blocks * G * quant::kBlock));
+        if (amx) tiles.resize(amx::PanelAmx::tile_bytes(a));
         prepare([&](std::int64_t t0, std::int64_t t1) {
             if (kernel == QuantKernel::Avx2 || kernel == QuantKernel::AvxVnni) quantize_activations(x, t0, t1, a, avx2::quantize_row);
             else quantize_activations(x, t0, t1, a, avx512::quantize_row);

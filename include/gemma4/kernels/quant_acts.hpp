@@ -1,5 +1,5 @@
-// The activations of a Q8/Q4 linear call, quantized once to int8 per 32-element block (scale
-// max|x|/127), and the layouts the panel kernels of every instruction-set level read them in.
+// The activations of a Q8/Q4 linear call, quantized once to int8 per block of the weights'
+// block size (32 or 64 elements; scale max|x|/127), and the layouts the panel kernels of every instruction-set level read them in.
 // Each block's dot product with a weight block is then exact in int32, and every kernel computes
 // y = Σ_b isum_b · (w_scale_b · x_scale_b) over the blocks in order, one multiply-add per block.
 #pragma once
@@ -17,9 +17,9 @@
 
 namespace gemma4::inline GEMMA4_ABI::detail {
 
-/// Activations of one call, int8 per 32-element block.
+/// Activations of one call, int8 per block of `block` elements.
 struct QuantActs {
-    std::int64_t tokens = 0, cols = 0, padded = 0, blocks = 0;
+    std::int64_t tokens = 0, cols = 0, padded = 0, block = 0, blocks = 0;
     std::vector<std::int8_t> q;     ///< [tokens, padded], zeros past cols
     std::vector<float> scale;       ///< [tokens, blocks]
     std::vector<std::int32_t> sum;  ///< [tokens, blocks]: Σ q over the block
@@ -29,36 +29,38 @@ struct QuantActs {
     const std::int32_t* sum_row(std::int64_t t) const { return sum.data() + t * blocks; }
 };
 
-/// Sizes `a` for tokens × cols (the buffers are reused across calls: resize, not assign, as
-/// quantize_activations writes every element).
-inline void shape_activations(std::int64_t tokens, std::int64_t cols, QuantActs& a) {
+/// Sizes `a` for tokens × cols in blocks of `block` (the buffers are reused across calls:
+/// resize, not assign, as quantize_activations writes every element).
+inline void shape_activations(std::int64_t tokens, std::int64_t cols, std::int64_t block, QuantActs& a) {
     a.tokens = tokens;
     a.cols = cols;
     a.padded = quant::padded_cols(cols);
-    a.blocks = a.padded / quant::kBlock;
+    a.block = block;
+    a.blocks = a.padded / block;
     a.q.resize(static_cast<std::size_t>(tokens * a.padded));
     a.scale.resize(static_cast<std::size_t>(tokens * a.blocks));
     a.sum.resize(static_cast<std::size_t>(tokens * a.blocks));
 }
 
-/// One block of n ≤ kBlock activations to int8 codes (the rest of the kBlock zero) by
+/// One block of n ≤ block activations to int8 codes (the rest of the block zero) by
 /// quant::quantize_symmetric with limit 127: scale max|x|/127, codes round(x · 127/max|x|);
 /// returns the scale, `sum` gets Σ codes. The vector levels' quantize_row give the same bits for
 /// whole blocks.
-inline float quantize_block(const float* x, std::int64_t n, std::int8_t* q, std::int32_t& sum) {
+inline float quantize_block(const float* x, std::int64_t n, std::int64_t block, std::int8_t* q, std::int32_t& sum) {
     const float d = quant::quantize_symmetric(x, n, quant::kQ8Max, q);
     std::int32_t s = 0;
     for (std::int64_t i = 0; i < n; ++i) s += q[i];
-    for (std::int64_t i = n; i < quant::kBlock; ++i) q[i] = 0;
+    for (std::int64_t i = n; i < block; ++i) q[i] = 0;
     sum = s;
     return d;
 }
 
-/// A row of `cols` activations into `blocks` blocks of codes, scales and sums.
-inline void quantize_row_portable(const float* x, std::int64_t cols, std::int64_t blocks, std::int8_t* q, float* scale, std::int32_t* sum) {
+/// A row of `cols` activations into `blocks` blocks of `block` codes, scales and sums.
+inline void quantize_row_portable(const float* x, std::int64_t cols, std::int64_t block, std::int64_t blocks, std::int8_t* q, float* scale,
+                                  std::int32_t* sum) {
     for (std::int64_t b = 0; b < blocks; ++b) {
-        const std::int64_t i0 = b * quant::kBlock;
-        scale[b] = quantize_block(x + i0, std::clamp<std::int64_t>(cols - i0, 0, quant::kBlock), q + i0, sum[b]);
+        const std::int64_t i0 = b * block;
+        scale[b] = quantize_block(x + i0, std::clamp<std::int64_t>(cols - i0, 0, block), block, q + i0, sum[b]);
     }
 }
 
@@ -67,7 +69,7 @@ inline void quantize_row_portable(const float* x, std::int64_t cols, std::int64_
 template <class RowFn>
 inline void quantize_activations(Rows<const float> x, std::int64_t t0, std::int64_t t1, QuantActs& a, RowFn row) {
     for (std::int64_t t = t0; t < t1; ++t)
-        row(x.row(t), a.cols, a.blocks, a.q.data() + t * a.padded, a.scale.data() + t * a.blocks, a.sum.data() + t * a.blocks);
+        row(x.row(t), a.cols, a.block, a.blocks, a.q.data() + t * a.padded, a.scale.data() + t * a.blocks, a.sum.data() + t * a.blocks);
 }
 
 inline void quantize_activations(Rows<const float> x, std::int64_t t0, std::int64_t t1, QuantActs& a) {
@@ -79,22 +81,27 @@ inline void quantize_activations(Rows<const float> x, std::int64_t t0, std::int6
 inline constexpr std::int64_t kGroupTokens = 16;
 
 /// Activations for the vector panel kernels, per group of up to kGroupTokens tokens (n in the
-/// group): for every block, its 8 words of 4 codes as [8][n] int32, then the n x scales and the
-/// n start values −offset·Σx — one contiguous record of 10·n words per block. `offset` is what
+/// group): for every block, its W = block / 4 words of 4 codes as [W][n] int32, then the n x
+/// scales and the n start values −offset·Σx — one contiguous record of (W + 2)·n words per block
+/// (record_words). `offset` is what
 /// the kernel adds to each weight code to make it unsigned (vpdpbusd multiplies unsigned by
 /// signed bytes), so that the start value takes it back out and each block sum stays exact.
+/// Words per token in a block's record of GroupActs: its block / 4 code words, scale and start.
+constexpr std::int64_t record_words(std::int64_t block) { return block / 4 + 2; }
+
 struct GroupActs {
-    std::vector<std::int32_t> data;  ///< group starting at token t0: at t0 · blocks · 10
-    std::int64_t blocks = 0;
+    std::vector<std::int32_t> data;  ///< group starting at token t0: at t0 · blocks · record_words
+    std::int64_t blocks = 0, words = 0;  ///< words: record_words(block)
 
     /// The record of block 0 of the group that starts at token t0.
-    const std::int32_t* group(std::int64_t t0) const { return data.data() + t0 * blocks * 10; }
+    const std::int32_t* group(std::int64_t t0) const { return data.data() + t0 * blocks * words; }
 };
 
 /// Sizes `out` for all of a's tokens.
 inline void shape_group_acts(const QuantActs& a, GroupActs& out) {
     out.blocks = a.blocks;
-    out.data.resize(static_cast<std::size_t>(a.tokens * a.blocks * 10));
+    out.words = record_words(a.block);
+    out.data.resize(static_cast<std::size_t>(a.tokens * a.blocks * out.words));
 }
 
 /// Tokens [t0, t1) of `a` into `out` (shaped by shape_group_acts).
@@ -102,13 +109,14 @@ inline void group_acts(const QuantActs& a, int offset, std::int64_t t0, std::int
     constexpr std::int64_t G = kGroupTokens;
     for (std::int64_t t = t0; t < t1; ++t) {
         const std::int64_t g0 = t / G * G, n = std::min<std::int64_t>(G, a.tokens - g0), i = t - g0;
-        std::int32_t* g = out.data.data() + g0 * a.blocks * 10;
+        const std::int64_t words = out.words, W = words - 2;
+        std::int32_t* g = out.data.data() + g0 * a.blocks * words;
         const std::int8_t* q = a.q_row(t);
         for (std::int64_t b = 0; b < a.blocks; ++b) {
-            std::int32_t* rec = g + b * 10 * n;
-            for (int s = 0; s < 8; ++s) std::memcpy(rec + s * n + i, q + b * quant::kBlock + 4 * s, 4);
-            std::memcpy(rec + 8 * n + i, a.scale_row(t) + b, 4);
-            rec[9 * n + i] = -offset * a.sum_row(t)[b];
+            std::int32_t* rec = g + b * words * n;
+            for (std::int64_t s = 0; s < W; ++s) std::memcpy(rec + s * n + i, q + b * a.block + 4 * s, 4);
+            std::memcpy(rec + W * n + i, a.scale_row(t) + b, 4);
+            rec[(W + 1) * n + i] = -offset * a.sum_row(t)[b];
         }
     }
 }

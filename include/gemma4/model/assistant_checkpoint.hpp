@@ -208,7 +208,8 @@ inline AssistantCheckpoint load_assistant_checkpoint(const std::filesystem::path
     detail::bind_tensors(*store, table, false, "the Gemma 4 assistant layout described by config.json");
     ck.weights.storage = store;
     if (options.format != WeightFormat::AsStored)
-        quantize_matrices(assistant_matrices(ck.weights), ck.weights.storage, options.format, options.progress, *detail::LoadPool(options));
+        quantize_matrices(assistant_matrices(ck.weights), ck.weights.storage, options.format, options.progress, *detail::LoadPool(options),
+                          options.block);
     return ck;
 }
 

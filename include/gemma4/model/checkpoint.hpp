@@ -102,6 +102,9 @@ struct LoadOptions {
     bool multimodal = true;
     /// Format of the big matrices in memory (model/quantize.hpp); AsStored: as in the files.
     WeightFormat format = WeightFormat::AsStored;
+    /// Elements per scale when `format` re-encodes in int8/int4: 32 or 64, 0 for the format's
+    /// default (quant::default_block). Matrices already quantized keep theirs.
+    std::int64_t block = 0;
     /// Progress of re-encoding at load (none when the checkpoint is already in `format`).
     QuantizeProgress progress{};
     /// Threads that re-encode at load; 0: hardware concurrency. Ignored when `pool` is set.
@@ -111,6 +114,13 @@ struct LoadOptions {
     /// that loading runs on the threads the model was given and starts no others.
     ThreadPool* pool = nullptr;
 };
+
+/// The block size a re-encoding in Q8/Q4 `target` uses: `block`, or quant::default_block for 0.
+inline std::int64_t quant_block_for(DType target, std::int64_t block) {
+    if (block == 0) return quant::default_block(target);
+    if (!quant::valid_block(block)) throw InvalidArgument("quant block: " + std::to_string(block) + " elements per scale; expected 32 or 64");
+    return block;
+}
 
 namespace detail {
 
@@ -131,9 +141,11 @@ private:
 };
 
 /// The Q8/Q4 format of a quantized checkpoint (docs/checkpoint-formats.md), from the
-/// `__metadata__` of its files, which must agree; nullopt for a plain checkpoint.
-inline std::optional<DType> stored_quant_format(const TensorStore& store, DType& origin) {
+/// `__metadata__` of its files, which must agree, and its block size in `block`; nullopt for a
+/// plain checkpoint.
+inline std::optional<DType> stored_quant_format(const TensorStore& store, DType& origin, std::int64_t& block) {
     std::optional<DType> found;
+    std::int64_t found_block = 0;
     bool first = true;
     for (const auto& f : store.files()) {
         const auto& m = f->metadata();
@@ -148,7 +160,13 @@ inline std::optional<DType> stored_quant_format(const TensorStore& store, DType&
                 if (k == m.end() || k->second != value)
                     throw FormatError(f->path().string() + ": __metadata__." + key + " must be '" + value + "' for " + it->second);
             };
-            require("gemma4.block_size", std::to_string(quant::kBlock));
+            const auto bs = m.find("gemma4.block_size");
+            if (bs == m.end() || (bs->second != "32" && bs->second != "64"))
+                throw FormatError(f->path().string() + ": __metadata__.gemma4.block_size must be '32' or '64' for " + it->second);
+            const std::int64_t here_block = bs->second == "64" ? 64 : 32;
+            if (!first && found_block != here_block)
+                throw FormatError(f->path().string() + ": __metadata__.gemma4.block_size differs between shards");
+            found_block = here_block;
             require("gemma4.row_align", std::to_string(quant::kRowAlign));
             const auto o = m.find("gemma4.origin_dtype");
             const auto od = o == m.end() ? std::nullopt : parse_safetensors_dtype(o->second);
@@ -160,12 +178,13 @@ inline std::optional<DType> stored_quant_format(const TensorStore& store, DType&
         found = here;
         first = false;
     }
+    block = found_block;
     return found;
 }
 
 /// A quantized matrix of logical shape `shape` from its codes tensor `name` and `name`_scale.
 inline WeightView bind_quantized(const TensorStore& store, const std::string& name, const std::vector<std::int64_t>& shape,
-                                 DType q, DType origin) {
+                                 DType q, std::int64_t block, DType origin) {
     const std::string file = store.file_of(name), scale_name = name + "_scale";
     if (shape.size() != 2) throw FormatError(file + ": tensor '" + name + "' has a scale tensor but is not a matrix");
     const WeightView codes = store.view(name);
@@ -177,7 +196,7 @@ inline WeightView bind_quantized(const TensorStore& store, const std::string& na
                          std::string(dtype_name(code_dtype)) + " " + shape_string(code_shape));
     if (!store.contains(scale_name)) throw ShapeError(file + ": missing tensor '" + scale_name + "'");
     const WeightView scales = store.view(scale_name);
-    const std::vector<std::int64_t> scale_shape{shape[0], quant::blocks_per_row(shape[1])};
+    const std::vector<std::int64_t> scale_shape{shape[0], quant::blocks_per_row(shape[1], block)};
     if (scales.dtype != DType::F16 || scales.shape != scale_shape)
         throw ShapeError(store.file_of(scale_name) + ": tensor '" + scale_name + "' holds " + std::string(dtype_name(scales.dtype)) + " " +
                          shape_string(scales.shape) + "; expected F16 " + shape_string(scale_shape));
@@ -187,6 +206,7 @@ inline WeightView bind_quantized(const TensorStore& store, const std::string& na
     v.scales = scales.data;
     v.layout = WeightView::Layout::Rows;  // as mapped; the model re-lays it as panels (to_panels)
     v.origin = origin;
+    v.block = block;
     return v;
 }
 
@@ -196,7 +216,8 @@ inline WeightView bind_quantized(const TensorStore& store, const std::string& na
 /// describes). Optional groups other than Text are bound only when `multimodal` is set.
 inline void bind_tensors(const TensorStore& store, const std::vector<TensorSpec>& table, bool multimodal, const std::string& layout) {
     DType origin = DType::BF16;
-    const std::optional<DType> qformat = detail::stored_quant_format(store, origin);
+    std::int64_t qblock = 0;
+    const std::optional<DType> qformat = detail::stored_quant_format(store, origin, qblock);
 
     std::set<std::string> known;
     for (const TensorSpec& spec : table) {
@@ -213,7 +234,7 @@ inline void bind_tensors(const TensorStore& store, const std::vector<TensorSpec>
         }
         if (qformat && store.contains(*found + "_scale")) {
             known.insert(*found + "_scale");
-            WeightView v = detail::bind_quantized(store, *found, spec.shape, *qformat, origin);
+            WeightView v = detail::bind_quantized(store, *found, spec.shape, *qformat, qblock, origin);
             if (spec.group == TensorGroup::Text || multimodal) *spec.field = std::move(v);
             continue;
         }

@@ -318,7 +318,9 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
         else if (matrix && options.format == WeightFormat::Int8) q = DType::Q8;
         else if (matrix && options.format == WeightFormat::Int4) q = DType::Q4;
         if (q) {
-            const std::int64_t rb = quant::row_bytes(*q, cols), nb = quant::blocks_per_row(cols);
+            // Q8_0 / Q4_0 keep their 32-element blocks; a re-encoding takes the requested size
+            const std::int64_t block = t->type == GgmlType::Q8_0 || t->type == GgmlType::Q4_0 ? 32 : quant_block_for(*q, options.block);
+            const std::int64_t rb = quant::row_bytes(*q, cols), nb = quant::blocks_per_row(cols, block);
             std::byte* codes = storage->allocate(static_cast<std::size_t>(rows * rb));
             auto* scales = reinterpret_cast<std::uint16_t*>(storage->allocate(static_cast<std::size_t>(rows * nb * 2)));
             std::atomic<std::int64_t> bad_row{-1};
@@ -337,7 +339,7 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
                         ggml::dequantize_row(t->type, in, cols, row.data(), where);
                         for (float x : row)
                             if (!std::isfinite(x)) bad_row = r;
-                        quant::quantize_row(*q, row.data(), cols, out_codes, out_scales);
+                        quant::quantize_row(*q, block, row.data(), cols, out_codes, out_scales);
                     }
                     for (std::int64_t b = 0; b < nb; ++b)
                         if ((out_scales[b] & 0x7c00u) == 0x7c00u) bad_row = r;  // an infinite or NaN f16 scale
@@ -350,6 +352,7 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
             v.size_bytes = static_cast<std::size_t>(rows * rb);
             v.layout = WeightView::Layout::Rows;  // the model re-lays it as panels (to_panels)
             v.origin = DType::F32;                // ggml dequantizes in float32
+            v.block = block;
         } else {
             // Exact values: F32, or bf16 when that format is asked for.
             const bool bf16 = matrix && options.format == WeightFormat::BF16;

@@ -132,7 +132,7 @@ inline std::uint64_t write_gguf_model(const std::filesystem::path& path, const G
         if (!v->quantized()) return write(v->data, v->size_bytes);
         const std::int64_t rows = v->rows(), cols = v->cols();
         const std::int64_t out_row = ggml::bytes_of(headers[i].type, cols), rb = quant::row_bytes(v->dtype, cols),
-                           nb = quant::blocks_per_row(cols);
+                           nb = quant::blocks_per_row(cols, v->block);
         constexpr std::int64_t kRows = 1024;  // rows converted per write
         chunk.resize(static_cast<std::size_t>(std::min(rows, kRows) * out_row));
         for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
@@ -143,8 +143,8 @@ inline std::uint64_t write_gguf_model(const std::filesystem::path& path, const G
                 for (std::int64_t r = a; r < b; ++r) {
                     v->quant_row(r0 + r, codes.data(), scales.data());
                     std::byte* dst = chunk.data() + r * out_row;
-                    if (v->dtype == DType::Q8) ggml::q8_row_to_q8_0(codes.data(), scales.data(), cols, dst);
-                    else ggml::q4_row_to_q4_0(codes.data(), scales.data(), cols, dst);
+                    if (v->dtype == DType::Q8) ggml::q8_row_to_q8_0(codes.data(), scales.data(), v->block, cols, dst);
+                    else ggml::q4_row_to_q4_0(codes.data(), scales.data(), v->block, cols, dst);
                 }
             }, 16);
             write(chunk.data(), static_cast<std::size_t>(n * out_row));

@@ -36,13 +36,13 @@ constexpr DType format_dtype(WeightFormat f) {
 
 namespace detail {
 
-/// A quantized matrix in the panel layout, in a buffer of `owned`: `out` has dtype and shape
-/// set; it gets data (codes and scales, tensor/quant.hpp). row(r, codes, scales) supplies row r
+/// A quantized matrix in the panel layout, in a buffer of `owned`: `out` has dtype, block and
+/// shape set; it gets data (codes and scales, tensor/quant.hpp). row(r, codes, scales) supplies row r
 /// in the file layout. Panels are filled in parallel.
 template <class RowFn>
 inline void make_panels(WeightView& out, OwnedBuffers& owned, ThreadPool& pool, RowFn&& row) {
     const std::int64_t rows = out.rows(), cols = out.cols(), np = quant::panel_count(rows);
-    const std::int64_t pb = quant::panel_bytes(out.dtype, cols);
+    const std::int64_t pb = quant::panel_bytes(out.dtype, out.block, cols);
     out.layout = WeightView::Layout::Panels;
     out.size_bytes = static_cast<std::size_t>(np * pb);
     std::byte* data = owned.allocate(out.size_bytes);
@@ -50,12 +50,12 @@ inline void make_panels(WeightView& out, OwnedBuffers& owned, ThreadPool& pool, 
     out.scales = nullptr;
     pool.parallel_for(np, [&](std::int64_t p0, std::int64_t p1) {
         std::vector<std::byte> codes(static_cast<std::size_t>(quant::row_bytes(out.dtype, cols)));
-        std::vector<std::uint16_t> sc(static_cast<std::size_t>(quant::blocks_per_row(cols)));
+        std::vector<std::uint16_t> sc(static_cast<std::size_t>(quant::blocks_per_row(cols, out.block)));
         for (std::int64_t p = p0; p < p1; ++p) {
-            quant::clear_panel(out.dtype, cols, data + p * pb);
+            quant::clear_panel(out.dtype, out.block, cols, data + p * pb);
             for (std::int64_t r = p * quant::kPanelRows; r < std::min(rows, (p + 1) * quant::kPanelRows); ++r) {
                 row(r, codes.data(), sc.data());
-                quant::row_to_panel(out.dtype, codes.data(), sc.data(), cols, r % quant::kPanelRows, data + p * pb);
+                quant::row_to_panel(out.dtype, out.block, codes.data(), sc.data(), cols, r % quant::kPanelRows, data + p * pb);
             }
         }
     }, 4);
@@ -106,14 +106,15 @@ inline void matrices_to_panels(const std::vector<WeightView*>& mats, std::shared
 /// The big matrices of a model as panels (matrices_to_panels).
 inline void to_panels(ModelWeights& w, ThreadPool& pool) { matrices_to_panels(big_matrices(w), w.storage, pool); }
 
-/// Re-encodes the matrices `mats` in `format` (no-op for AsStored or matrices already in it);
-/// `storage` (the owner of the views) is replaced by one that also keeps the new buffers. Rows
-/// are converted in parallel; the double path can still read the result (it dequantizes rows
-/// exactly).
+/// Re-encodes the matrices `mats` in `format` (no-op for AsStored or matrices already in it;
+/// Int8/Int4 in blocks of `block` elements, 0: quant::default_block); `storage` (the owner of the
+/// views) is replaced by one that also keeps the new buffers. Rows are converted in parallel; the
+/// double path can still read the result (it dequantizes rows exactly).
 inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_ptr<const void>& storage, WeightFormat format,
-                              const QuantizeProgress& progress, ThreadPool& pool) {
+                              const QuantizeProgress& progress, ThreadPool& pool, std::int64_t block = 0) {
     if (format == WeightFormat::AsStored) return;
     const DType target = format_dtype(format);
+    const std::int64_t target_block = is_quantized(target) ? quant_block_for(target, block) : 0;
     auto owned = std::make_shared<detail::OwnedBuffers>();
     owned->parent = storage;
     for (std::size_t i = 0; i < mats.size(); ++i) {
@@ -137,6 +138,7 @@ inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_
                     }
                 }, 64);
             } else {
+                out.block = target_block;
                 detail::make_panels(out, *owned, pool, [&](std::int64_t r, std::byte* codes, std::uint16_t* scales) {
                     thread_local std::vector<float> row;
                     row.resize(static_cast<std::size_t>(cols));
@@ -146,7 +148,7 @@ inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_
                     } else {
                         for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = v.at<float>(r * cols + c);
                     }
-                    quant::quantize_row(target, row.data(), cols, codes, scales);
+                    quant::quantize_row(target, target_block, row.data(), cols, codes, scales);
                 });
             }
             v = std::move(out);
@@ -158,20 +160,21 @@ inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_
 
 /// quantize_matrices on a pool of `n_threads` threads (0: hardware concurrency) made for the call.
 inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_ptr<const void>& storage, WeightFormat format,
-                              const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
+                              const QuantizeProgress& progress = {}, unsigned n_threads = 0, std::int64_t block = 0) {
     if (format == WeightFormat::AsStored) return;
     ThreadPool pool(n_threads);
-    quantize_matrices(mats, storage, format, progress, pool);
+    quantize_matrices(mats, storage, format, progress, pool, block);
 }
 
 /// Re-encodes the big matrices of `w` in `format` (quantize_matrices) on `pool`'s threads.
-inline void quantize_weights(ModelWeights& w, WeightFormat format, const QuantizeProgress& progress, ThreadPool& pool) {
-    quantize_matrices(big_matrices(w), w.storage, format, progress, pool);
+inline void quantize_weights(ModelWeights& w, WeightFormat format, const QuantizeProgress& progress, ThreadPool& pool, std::int64_t block = 0) {
+    quantize_matrices(big_matrices(w), w.storage, format, progress, pool, block);
 }
 
 /// Re-encodes the big matrices of `w` in `format` (quantize_matrices).
-inline void quantize_weights(ModelWeights& w, WeightFormat format, const QuantizeProgress& progress = {}, unsigned n_threads = 0) {
-    quantize_matrices(big_matrices(w), w.storage, format, progress, n_threads);
+inline void quantize_weights(ModelWeights& w, WeightFormat format, const QuantizeProgress& progress = {}, unsigned n_threads = 0,
+                             std::int64_t block = 0) {
+    quantize_matrices(big_matrices(w), w.storage, format, progress, n_threads, block);
 }
 
 /// load_checkpoint, then the big matrices re-encoded in `options.format` (a checkpoint already
@@ -181,7 +184,7 @@ inline Checkpoint load_checkpoint_as(const std::filesystem::path& dir, const Loa
     LoadOptions on_pool = options;
     on_pool.pool = &*pool;
     Checkpoint ck = load_checkpoint(dir, on_pool);
-    quantize_weights(ck.weights, options.format, options.progress, *pool);
+    quantize_weights(ck.weights, options.format, options.progress, *pool, options.block);
     return ck;
 }
 

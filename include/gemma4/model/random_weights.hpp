@@ -24,12 +24,14 @@ namespace gemma4 {
 inline namespace GEMMA4_ABI {
 
 /// Weights of `c` with random values: the text decoder's generated directly in `format` (BF16,
-/// Int8 or Int4), the image and audio embedders' (when `c` has them) in bf16; matrices ~
-/// uniform with unit-variance outputs, norms ≈ 1. Fast (a cheap generator per thread), for
-/// benchmarks at full size without a file.
-inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, std::uint64_t seed = 1, unsigned n_threads = 0) {
+/// Int8 or Int4, in blocks of `block` elements, 0: quant::default_block), the image and audio
+/// embedders' (when `c` has them) in bf16; matrices ~ uniform with unit-variance outputs, norms
+/// ≈ 1. Fast (a cheap generator per thread), for benchmarks at full size without a file.
+inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, std::uint64_t seed = 1, unsigned n_threads = 0,
+                                   std::int64_t block = 0) {
     if (format == WeightFormat::AsStored) format = WeightFormat::BF16;
     const DType target = format_dtype(format);
+    const std::int64_t qblock = is_quantized(target) ? quant_block_for(target, block) : 0;
     ModelWeights w;
     auto owned = std::make_shared<detail::OwnedBuffers>();
     ThreadPool pool(n_threads);
@@ -72,7 +74,8 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
             v.data = p;
         } else {
             // random codes; every row's scales the same, padding rows' zero
-            const std::int64_t np = quant::panel_count(rows), pb = quant::panel_bytes(dtype, cols), nb = quant::blocks_per_row(cols);
+            v.block = qblock;
+            const std::int64_t np = quant::panel_count(rows), pb = quant::panel_bytes(dtype, qblock, cols), nb = quant::blocks_per_row(cols, qblock);
             v.size_bytes = static_cast<std::size_t>(np * pb);
             std::byte* p = owned->allocate(v.size_bytes);
             fill_random(p, v.size_bytes, matrix_seed);
@@ -82,7 +85,7 @@ inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, s
                     for (std::int64_t b = 0; b < nb; ++b)
                         for (std::int64_t r = 0; r < quant::kPanelRows; ++r) {
                             const std::uint16_t s = q * quant::kPanelRows + r < rows ? scale : std::uint16_t{0};
-                            std::memcpy(p + q * pb + quant::panel_scale_offset(dtype, b, r), &s, 2);
+                            std::memcpy(p + q * pb + quant::panel_scale_offset(dtype, qblock, b, r), &s, 2);
                         }
             }, 64);
             v.data = p;

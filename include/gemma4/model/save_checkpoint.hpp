@@ -36,15 +36,18 @@ inline void save_tensors(const std::vector<TensorSpec>& table, const std::filesy
     std::deque<std::vector<std::byte>> row_layout;  // stable addresses for refs
     std::map<std::string, std::string> meta{{"format", "pt"}};
     std::optional<DType> qtype;
+    std::int64_t qblock = 0;
     for (const TensorSpec& spec : table) {
         const WeightView& v = *spec.field;
         if (!v) continue;
         if (v.quantized()) {
-            if (qtype && *qtype != v.dtype) throw InvalidArgument("save_tensors: matrices of mixed quantized formats");
+            if ((qtype && *qtype != v.dtype) || (qblock && qblock != v.block))
+                throw InvalidArgument("save_tensors: matrices of mixed quantized formats or block sizes ('" + spec.name() + "')");
             qtype = v.dtype;
+            qblock = v.block;
             meta["gemma4.origin_dtype"] = std::string(dtype_name(v.origin));
             // files hold the rows one after another
-            const std::int64_t rows = v.rows(), cols = v.cols(), rb = quant::row_bytes(v.dtype, cols), nb = quant::blocks_per_row(cols);
+            const std::int64_t rows = v.rows(), cols = v.cols(), rb = quant::row_bytes(v.dtype, cols), nb = quant::blocks_per_row(cols, v.block);
             auto& codes = row_layout.emplace_back(static_cast<std::size_t>(rows * rb));
             auto& scales = row_layout.emplace_back(static_cast<std::size_t>(rows * nb * 2));
             for (std::int64_t r = 0; r < rows; ++r)
@@ -58,7 +61,7 @@ inline void save_tensors(const std::vector<TensorSpec>& table, const std::filesy
     }
     if (qtype) {
         meta["gemma4.weight_format"] = *qtype == DType::Q8 ? "int8" : "int4";
-        meta["gemma4.block_size"] = std::to_string(quant::kBlock);
+        meta["gemma4.block_size"] = std::to_string(qblock);
         meta["gemma4.row_align"] = std::to_string(quant::kRowAlign);
     }
     write_safetensors(file, refs, meta);

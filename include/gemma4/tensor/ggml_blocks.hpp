@@ -156,7 +156,7 @@ inline void dequantize_row(GgmlType t, const std::byte* src, std::int64_t n, T* 
 inline void q8_0_to_q8_row(const std::byte* src, std::int64_t cols, std::byte* codes, std::uint16_t* scales) {
     const std::int64_t kp = quant::padded_cols(cols), nb = cols / kBlock32;
     std::memset(codes, 0, static_cast<std::size_t>(kp));
-    std::memset(scales, 0, static_cast<std::size_t>(quant::blocks_per_row(cols) * 2));
+    std::memset(scales, 0, static_cast<std::size_t>(quant::blocks_per_row(cols, kBlock32) * 2));
     for (std::int64_t b = 0; b < nb; ++b) {
         const std::byte* blk = src + b * kQ8_0Bytes;
         scales[b] = read_u16(blk);
@@ -172,7 +172,7 @@ inline void q8_0_to_q8_row(const std::byte* src, std::int64_t cols, std::byte* c
 inline void q4_0_to_q4_row(const std::byte* src, std::int64_t cols, std::byte* codes, std::uint16_t* scales) {
     const std::int64_t kp = quant::padded_cols(cols), nb = cols / kBlock32;
     std::memset(codes, 0x88, static_cast<std::size_t>(kp / 2));
-    std::memset(scales, 0, static_cast<std::size_t>(quant::blocks_per_row(cols) * 2));
+    std::memset(scales, 0, static_cast<std::size_t>(quant::blocks_per_row(cols, kBlock32) * 2));
     for (std::int64_t b = 0; b < nb; ++b) {
         const std::byte* blk = src + b * kQ4_0Bytes;
         scales[b] = read_u16(blk);
@@ -188,28 +188,32 @@ inline void q4_0_to_q4_row(const std::byte* src, std::int64_t cols, std::byte* c
     }
 }
 
-/// The inverse of q8_0_to_q8_row: the first `cols` values (cols % 32 == 0) of a padded Q8 row as
-/// Q8_0 blocks (f16 scale, then 32 int8 codes). Lossless; the padding is dropped.
-inline void q8_row_to_q8_0(const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, std::byte* dst) {
+/// The inverse of q8_0_to_q8_row: the first `cols` values (cols % 32 == 0) of a padded Q8 row of
+/// `block`-element blocks as Q8_0 blocks (f16 scale, then 32 int8 codes); a block of 64 becomes
+/// two with its scale. Lossless; the padding is dropped.
+inline void q8_row_to_q8_0(const std::byte* codes, const std::uint16_t* scales, std::int64_t block, std::int64_t cols, std::byte* dst) {
     for (std::int64_t b = 0; b < cols / kBlock32; ++b) {
         std::byte* blk = dst + b * kQ8_0Bytes;
-        blk[0] = static_cast<std::byte>(scales[b] & 0xffu);
-        blk[1] = static_cast<std::byte>(scales[b] >> 8);
+        const std::uint16_t scale = scales[b * kBlock32 / block];
+        blk[0] = static_cast<std::byte>(scale & 0xffu);
+        blk[1] = static_cast<std::byte>(scale >> 8);
         std::memcpy(blk + 2, codes + b * kBlock32, kBlock32);
     }
 }
 
-/// The inverse of q4_0_to_q4_row: a padded Q4 row's first `cols` values as Q4_0 blocks, the
-/// nibbles moved unchanged. Lossless; the padding is dropped.
-inline void q4_row_to_q4_0(const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, std::byte* dst) {
+/// The inverse of q4_0_to_q4_row: a padded Q4 row's (of `block`-element blocks) first `cols`
+/// values as Q4_0 blocks, the nibbles moved unchanged; a block of 64 becomes two with its scale.
+/// Lossless; the padding is dropped.
+inline void q4_row_to_q4_0(const std::byte* codes, const std::uint16_t* scales, std::int64_t block, std::int64_t cols, std::byte* dst) {
     const auto nibble = [&](std::int64_t i) {
         const unsigned byte = std::to_integer<unsigned>(codes[quant::q4_byte(i)]);
         return quant::q4_high(i) ? byte >> 4 : byte & 15u;
     };
     for (std::int64_t b = 0; b < cols / kBlock32; ++b) {
         std::byte* blk = dst + b * kQ4_0Bytes;
-        blk[0] = static_cast<std::byte>(scales[b] & 0xffu);
-        blk[1] = static_cast<std::byte>(scales[b] >> 8);
+        const std::uint16_t scale = scales[b * kBlock32 / block];
+        blk[0] = static_cast<std::byte>(scale & 0xffu);
+        blk[1] = static_cast<std::byte>(scale >> 8);
         for (std::int64_t j = 0; j < 16; ++j)
             blk[2 + j] = static_cast<std::byte>(nibble(b * kBlock32 + j) | (nibble(b * kBlock32 + j + 16) << 4));
     }

@@ -1,6 +1,7 @@
 // Block-quantized weight formats Q8 and Q4 (layout in docs/checkpoint-formats.md): rows of a
-// [rows, cols] matrix are cut into 32-element blocks, each with one f16 scale; rows are padded
-// with zeros to a multiple of 128 elements so that kernels never need a partial block.
+// [rows, cols] matrix are cut into blocks of 32 or 64 elements (a property of each matrix), each
+// with one f16 scale; rows are padded with zeros to a multiple of 128 elements so that kernels
+// never need a partial block.
 #pragma once
 
 #include <gemma4/abi.hpp>
@@ -49,14 +50,22 @@ constexpr bool is_quantized(DType t) { return t == DType::Q8 || t == DType::Q4; 
 
 namespace quant {
 
-inline constexpr std::int64_t kBlock = 32;     ///< elements per scale
+/// Elements per scale: 32 (GGUF's Q8_0 / Q4_0, kept as they are) or 64. A 64-element block
+/// halves the per-block work of a product — one int32 sum, one convert and one multiply-add per
+/// token per 64 weights instead of per 32 — which bounds batched decode without AMX
+/// (docs/performance.md), for a scale that covers twice the values (docs/checkpoint-formats.md).
+inline constexpr std::int64_t kUnit = 32;       ///< the smallest block, and the code layout's unit
 inline constexpr std::int64_t kRowAlign = 128;  ///< rows padded to this many elements
+constexpr bool valid_block(std::int64_t block) { return block == 32 || block == 64; }
+/// The block the load-time quantizer uses when none is asked for: 64 for Q8, whose 8-bit codes
+/// make the wider scale cost little; 32 for Q4, whose 4-bit codes make it cost more.
+constexpr std::int64_t default_block(DType t) { return t == DType::Q4 ? 32 : 64; }
 inline constexpr int kQ8Max = 127;              ///< symmetric: codes in [-127, 127]
 inline constexpr int kQ4Offset = 8;             ///< nibble q holds the value (q - 8) · scale
 inline constexpr int kQ4Max = 7;                ///< scale = max|w| / 7, codes in [-7, 7] (+8)
 
 constexpr std::int64_t padded_cols(std::int64_t cols) { return (cols + kRowAlign - 1) / kRowAlign * kRowAlign; }
-constexpr std::int64_t blocks_per_row(std::int64_t cols) { return padded_cols(cols) / kBlock; }
+constexpr std::int64_t blocks_per_row(std::int64_t cols, std::int64_t block) { return padded_cols(cols) / block; }
 /// Bytes of codes per row (Q8: one byte per element, Q4: two elements per byte).
 constexpr std::int64_t row_bytes(DType t, std::int64_t cols) {
     return t == DType::Q4 ? padded_cols(cols) / 2 : padded_cols(cols);
@@ -118,13 +127,14 @@ constexpr unsigned with_nibble(unsigned byte, bool high, unsigned nibble) {
 /// The nibble of element i of a Q4 row in its byte (q4_byte(i)).
 constexpr unsigned q4_nibble(unsigned byte, std::int64_t i) { return q4_high(i) ? high_nibble(byte) : low_nibble(byte); }
 
-/// Quantizes `cols` values into one padded row: `codes` (row_bytes) and `scales` (f16 per block).
+/// Quantizes `cols` values into one padded row: `codes` (row_bytes) and `scales` (f16 per block
+/// of `block` elements).
 template <class S>
-inline void quantize_row(DType t, const S* src, std::int64_t cols, std::byte* codes, std::uint16_t* scales) {
-    const std::int64_t kp = padded_cols(cols), nb = kp / kBlock;
+inline void quantize_row(DType t, std::int64_t block, const S* src, std::int64_t cols, std::byte* codes, std::uint16_t* scales) {
+    const std::int64_t kp = padded_cols(cols), nb = kp / block;
     if (t == DType::Q4) std::memset(codes, 0, static_cast<std::size_t>(kp / 2));
     for (std::int64_t b = 0; b < nb; ++b) {
-        const std::int64_t i0 = b * kBlock, i1 = std::min(cols, i0 + kBlock);
+        const std::int64_t i0 = b * block, i1 = std::min(cols, i0 + block);
         const float amax = max_magnitude<float>(src + i0, std::max<std::int64_t>(i1 - i0, 0));
         const std::uint16_t s = block_scale(amax, t);
         scales[b] = s;
@@ -134,7 +144,7 @@ inline void quantize_row(DType t, const S* src, std::int64_t cols, std::byte* co
         const float d = f16_to_float(s);
         const float inv = d > 0 ? 1.0f / d : 0.0f;
         const int lim = max_code(t);
-        for (std::int64_t i = i0; i < i0 + kBlock; ++i) {
+        for (std::int64_t i = i0; i < i0 + block; ++i) {
             int q = 0;
             if (i < i1) q = symmetric_code(static_cast<float>(src[i]), inv, lim);
             if (t == DType::Q8) {
@@ -159,17 +169,17 @@ inline int code_in_byte(DType t, std::byte b, std::int64_t i) {
 inline int code_at(DType t, const std::byte* codes, std::int64_t i) { return code_in_byte(t, codes[code_byte(t, i)], i); }
 
 /// Element i of a quantized row as float.
-inline float dequantize_at(DType t, const std::byte* codes, const std::uint16_t* scales, std::int64_t i) {
-    return static_cast<float>(code_at(t, codes, i)) * f16_to_float(scales[i / kBlock]);
+inline float dequantize_at(DType t, std::int64_t block, const std::byte* codes, const std::uint16_t* scales, std::int64_t i) {
+    return static_cast<float>(code_at(t, codes, i)) * f16_to_float(scales[i / block]);
 }
 
 /// The first `cols` values of a quantized row.
 template <class T>
-inline void dequantize_row(DType t, const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, T* out) {
-    for (std::int64_t b = 0; b * kBlock < cols; ++b) {
+inline void dequantize_row(DType t, std::int64_t block, const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, T* out) {
+    for (std::int64_t b = 0; b * block < cols; ++b) {
         const float d = f16_to_float(scales[b]);
-        const std::int64_t i1 = std::min(cols, (b + 1) * kBlock);
-        for (std::int64_t i = b * kBlock; i < i1; ++i) out[i] = static_cast<T>(static_cast<float>(code_at(t, codes, i)) * d);
+        const std::int64_t i1 = std::min(cols, (b + 1) * block);
+        for (std::int64_t i = b * block; i < i1; ++i) out[i] = static_cast<T>(static_cast<float>(code_at(t, codes, i)) * d);
     }
 }
 
@@ -181,73 +191,95 @@ inline void dequantize_row(DType t, const std::byte* codes, const std::uint16_t*
 // its codes followed by its scales, so that a panel, scales included, is one contiguous stream:
 // a second stream of scales beside the codes cost a one-token product 15–20 % of its read speed
 // (docs/performance.md). Within group g, byte j of row r's group bytes is at 64·(j / 4) + 4·r +
-// j % 4, and scale k (of the group's 4 blocks) of row r at group_code_bytes + 2·(16·k + r). The
-// bytes themselves are the file's (Q8 signed codes, Q4 nibble pairs), so a row moves between
-// the layouts by whole words.
+// j % 4, and scale k (of the group's 128 / block) of row r at group_code_bytes + 2·(16·k + r).
+// The bytes themselves are the file's (Q8 signed codes, Q4 nibble pairs), so a row moves
+// between the layouts by whole words.
+//
+// The codes of a group are four 32-column units of 512 bytes (8 words × 16 rows): Q8 unit k at
+// 512·k; Q4 unit k in the low (k < 2) or high nibbles of the 512 bytes at 512·(k % 2). A block
+// of 64 is two consecutive units, so the codes lie alike for both block sizes; only the scales
+// differ.
 
 inline constexpr std::int64_t kPanelRows = 16;
-inline constexpr std::int64_t kGroupBlocks = kRowAlign / kBlock;  ///< blocks per 128-column group
-/// Bytes of a group's codes (Q8 2048, Q4 1024) and scales (128), and of the whole group.
+inline constexpr std::int64_t kUnitBytes = 512;  ///< bytes (Q4: nibbles) of one unit of 16 rows
+constexpr std::int64_t group_blocks(std::int64_t block) { return kRowAlign / block; }  ///< blocks per 128-column group
+/// Bytes of a group's codes (Q8 2048, Q4 1024) and scales (block 32: 128, 64: 64), and of the group.
 constexpr std::int64_t group_code_bytes(DType t) { return kPanelRows * row_bytes(t, kRowAlign); }
-inline constexpr std::int64_t kGroupScaleBytes = kPanelRows * kGroupBlocks * 2;
-constexpr std::int64_t group_bytes(DType t) { return group_code_bytes(t) + kGroupScaleBytes; }
-static_assert(group_bytes(DType::Q8) % 64 == 0 && group_bytes(DType::Q4) % 64 == 0, "groups keep panels line-aligned");
+constexpr std::int64_t group_scale_bytes(std::int64_t block) { return kPanelRows * group_blocks(block) * 2; }
+constexpr std::int64_t group_bytes(DType t, std::int64_t block) { return group_code_bytes(t) + group_scale_bytes(block); }
+static_assert(group_bytes(DType::Q8, 32) % 64 == 0 && group_bytes(DType::Q4, 32) % 64 == 0 && group_bytes(DType::Q8, 64) % 64 == 0 &&
+                  group_bytes(DType::Q4, 64) % 64 == 0,
+              "groups keep panels line-aligned");
 
 constexpr std::int64_t panel_count(std::int64_t rows) { return (rows + kPanelRows - 1) / kPanelRows; }
 /// Bytes per panel, codes and scales.
-constexpr std::int64_t panel_bytes(DType t, std::int64_t cols) { return padded_cols(cols) / kRowAlign * group_bytes(t); }
-/// Where in a panel block b's 8 words of 16 rows start (Q4: 512 bytes whose low nibbles, for
-/// b % 4 < 2, or high nibbles are the block), and where its 16 scales start.
-constexpr std::int64_t block_codes_offset(DType t, std::int64_t b) {
-    return b / kGroupBlocks * group_bytes(t) + (t == DType::Q4 ? b % 2 : b % kGroupBlocks) * 512;
+constexpr std::int64_t panel_bytes(DType t, std::int64_t block, std::int64_t cols) {
+    return padded_cols(cols) / kRowAlign * group_bytes(t, block);
 }
-constexpr std::int64_t block_scales_offset(DType t, std::int64_t b) {
-    return b / kGroupBlocks * group_bytes(t) + group_code_bytes(t) + b % kGroupBlocks * 2 * kPanelRows;
+/// Where in a panel unit u's 8 words of 16 rows start (Q4: 512 bytes whose low nibbles, for
+/// u % 4 < 2, or high nibbles are the unit).
+constexpr std::int64_t unit_codes_offset(DType t, std::int64_t block, std::int64_t u) {
+    return u / 4 * group_bytes(t, block) + (t == DType::Q4 ? u % 2 : u % 4) * kUnitBytes;
+}
+/// Whether unit u of a Q4 panel is held in the high nibbles.
+constexpr bool unit_high(std::int64_t u) { return u % 4 >= 2; }
+/// Where in a panel block b's codes start: its units follow one another, kUnitBytes apart.
+constexpr std::int64_t block_codes_offset(DType t, std::int64_t block, std::int64_t b) {
+    return unit_codes_offset(t, block, b * (block / kUnit));
+}
+/// Where in a panel block b's 16 scales start.
+constexpr std::int64_t block_scales_offset(DType t, std::int64_t block, std::int64_t b) {
+    return b / group_blocks(block) * group_bytes(t, block) + group_code_bytes(t) + b % group_blocks(block) * 2 * kPanelRows;
 }
 /// Where in a panel scale b of row r (f16 bits) is.
-constexpr std::int64_t panel_scale_offset(DType t, std::int64_t b, std::int64_t r) { return block_scales_offset(t, b) + 2 * r; }
-/// The stream bytes per block (Q8 544, Q4 288): what a kernel prefetches per block.
-constexpr std::int64_t block_stream_bytes(DType t) { return group_bytes(t) / kGroupBlocks; }
+constexpr std::int64_t panel_scale_offset(DType t, std::int64_t block, std::int64_t b, std::int64_t r) {
+    return block_scales_offset(t, block, b) + 2 * r;
+}
+/// The stream bytes per block (block 32: Q8 544, Q4 288; 64: Q8 1056, Q4 544): what a kernel
+/// prefetches per block.
+constexpr std::int64_t block_stream_bytes(DType t, std::int64_t block) { return group_bytes(t, block) / group_blocks(block); }
 /// Where in a panel byte j of row r's codes (row_bytes layout) is.
-constexpr std::int64_t panel_code_offset(DType t, std::int64_t j, std::int64_t r) {
+constexpr std::int64_t panel_code_offset(DType t, std::int64_t block, std::int64_t j, std::int64_t r) {
     const std::int64_t gb = row_bytes(t, kRowAlign), jj = j % gb;
-    return j / gb * group_bytes(t) + 64 * (jj / 4) + 4 * r + jj % 4;
+    return j / gb * group_bytes(t, block) + 64 * (jj / 4) + 4 * r + jj % 4;
 }
 
 /// Writes a row in the file layout (codes, scales) as row r of a panel.
-inline void row_to_panel(DType t, const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, std::int64_t r, std::byte* panel) {
-    const std::int64_t words = row_bytes(t, cols) / 4, nb = blocks_per_row(cols);
-    for (std::int64_t w = 0; w < words; ++w) std::memcpy(panel + panel_code_offset(t, 4 * w, r), codes + 4 * w, 4);
-    for (std::int64_t b = 0; b < nb; ++b) std::memcpy(panel + panel_scale_offset(t, b, r), scales + b, 2);
+inline void row_to_panel(DType t, std::int64_t block, const std::byte* codes, const std::uint16_t* scales, std::int64_t cols, std::int64_t r,
+                         std::byte* panel) {
+    const std::int64_t words = row_bytes(t, cols) / 4, nb = blocks_per_row(cols, block);
+    for (std::int64_t w = 0; w < words; ++w) std::memcpy(panel + panel_code_offset(t, block, 4 * w, r), codes + 4 * w, 4);
+    for (std::int64_t b = 0; b < nb; ++b) std::memcpy(panel + panel_scale_offset(t, block, b, r), scales + b, 2);
 }
 
 /// Row r of a panel in the file layout.
-inline void panel_to_row(DType t, const std::byte* panel, std::int64_t cols, std::int64_t r, std::byte* codes, std::uint16_t* scales) {
-    const std::int64_t words = row_bytes(t, cols) / 4, nb = blocks_per_row(cols);
-    for (std::int64_t w = 0; w < words; ++w) std::memcpy(codes + 4 * w, panel + panel_code_offset(t, 4 * w, r), 4);
-    for (std::int64_t b = 0; b < nb; ++b) std::memcpy(scales + b, panel + panel_scale_offset(t, b, r), 2);
+inline void panel_to_row(DType t, std::int64_t block, const std::byte* panel, std::int64_t cols, std::int64_t r, std::byte* codes,
+                         std::uint16_t* scales) {
+    const std::int64_t words = row_bytes(t, cols) / 4, nb = blocks_per_row(cols, block);
+    for (std::int64_t w = 0; w < words; ++w) std::memcpy(codes + 4 * w, panel + panel_code_offset(t, block, 4 * w, r), 4);
+    for (std::int64_t b = 0; b < nb; ++b) std::memcpy(scales + b, panel + panel_scale_offset(t, block, b, r), 2);
 }
 
 /// Makes every row of a panel zero: code 0 (Q4: nibble 8) and scale 0. Padding rows stay so.
-inline void clear_panel(DType t, std::int64_t cols, std::byte* panel) {
+inline void clear_panel(DType t, std::int64_t block, std::int64_t cols, std::byte* panel) {
     for (std::int64_t g = 0; g < padded_cols(cols) / kRowAlign; ++g) {
-        std::byte* group = panel + g * group_bytes(t);
+        std::byte* group = panel + g * group_bytes(t, block);
         std::memset(group, t == DType::Q4 ? 0x88 : 0, static_cast<std::size_t>(group_code_bytes(t)));
-        std::memset(group + group_code_bytes(t), 0, static_cast<std::size_t>(kGroupScaleBytes));
+        std::memset(group + group_code_bytes(t), 0, static_cast<std::size_t>(group_scale_bytes(block)));
     }
 }
 
 /// Scale of block b of row r of a panel (f16 bits).
-inline std::uint16_t panel_scale(DType t, const std::byte* panel, std::int64_t r, std::int64_t b) {
+inline std::uint16_t panel_scale(DType t, std::int64_t block, const std::byte* panel, std::int64_t r, std::int64_t b) {
     std::uint16_t s;
-    std::memcpy(&s, panel + panel_scale_offset(t, b, r), 2);
+    std::memcpy(&s, panel + panel_scale_offset(t, block, b, r), 2);
     return s;
 }
 
 /// Element i of row r of a panel as float.
-inline float panel_value_at(DType t, const std::byte* panel, std::int64_t r, std::int64_t i) {
-    const int code = code_in_byte(t, panel[panel_code_offset(t, code_byte(t, i), r)], i);
-    return static_cast<float>(code) * f16_to_float(panel_scale(t, panel, r, i / kBlock));
+inline float panel_value_at(DType t, std::int64_t block, const std::byte* panel, std::int64_t r, std::int64_t i) {
+    const int code = code_in_byte(t, panel[panel_code_offset(t, block, code_byte(t, i), r)], i);
+    return static_cast<float>(code) * f16_to_float(panel_scale(t, block, panel, r, i / block));
 }
 
 }  // namespace quant

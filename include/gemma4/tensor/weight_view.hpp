@@ -25,7 +25,7 @@ struct WeightView {
     std::vector<std::int64_t> shape;
     const std::byte* data = nullptr;
     std::size_t size_bytes = 0;
-    /// Q8/Q4 only: one f16 scale per 32-element block (tensor/quant.hpp). In memory as panels of
+    /// Q8/Q4 only: one f16 scale per block of `block` elements (tensor/quant.hpp). In memory as panels of
     /// 16 rows (what the kernels read), `data` holds codes and scales together and `scales` is
     /// null; as rows of a file, `data` holds the codes and `scales` the scales.
     const std::byte* scales = nullptr;
@@ -34,6 +34,8 @@ struct WeightView {
     /// Q8/Q4 only: the dtype the values had before quantization (the embedding scale is
     /// rounded to it, as for the unquantized checkpoint).
     DType origin = DType::BF16;
+    /// Q8/Q4 only: elements per scale, 32 or 64 (quant::valid_block).
+    std::int64_t block = 32;
 
     explicit operator bool() const { return data != nullptr; }
 
@@ -54,23 +56,23 @@ struct WeightView {
     /// others; panels hold their scales in `data`).
     std::size_t scale_bytes() const {
         if (!quantized() || layout == Layout::Panels) return 0;
-        return static_cast<std::size_t>(2 * rows() * quant::blocks_per_row(cols()));
+        return static_cast<std::size_t>(2 * rows() * quant::blocks_per_row(cols(), block));
     }
 
     /// Panel p of a quantized view in the Panels layout (codes and scales).
-    const std::byte* panel(std::int64_t p) const { return data + p * quant::panel_bytes(dtype, cols()); }
+    const std::byte* panel(std::int64_t p) const { return data + p * quant::panel_bytes(dtype, block, cols()); }
 
     /// Row r of a quantized view in the file layout: row_bytes(dtype, cols) codes and
-    /// blocks_per_row(cols) scales.
+    /// blocks_per_row(cols, block) scales.
     void quant_row(std::int64_t r, std::byte* codes, std::uint16_t* row_scales) const {
-        const std::int64_t c = cols(), rb = quant::row_bytes(dtype, c), nb = quant::blocks_per_row(c);
+        const std::int64_t c = cols(), rb = quant::row_bytes(dtype, c), nb = quant::blocks_per_row(c, block);
         if (layout == Layout::Rows) {
             std::memcpy(codes, data + r * rb, static_cast<std::size_t>(rb));
             std::memcpy(row_scales, reinterpret_cast<const std::uint16_t*>(scales) + r * nb, static_cast<std::size_t>(nb * 2));
             return;
         }
         const std::int64_t p = r / quant::kPanelRows;
-        quant::panel_to_row(dtype, panel(p), c, r % quant::kPanelRows, codes, row_scales);
+        quant::panel_to_row(dtype, block, panel(p), c, r % quant::kPanelRows, codes, row_scales);
     }
 
     /// Element i (row-major), converted to T. For small tensors and reference code.
@@ -79,11 +81,11 @@ struct WeightView {
         if (quantized()) {
             const std::int64_t c = cols(), r = i / c;
             if (layout == Layout::Rows) {
-                const auto* s = reinterpret_cast<const std::uint16_t*>(scales) + r * quant::blocks_per_row(c);
-                return static_cast<T>(quant::dequantize_at(dtype, data + r * quant::row_bytes(dtype, c), s, i % c));
+                const auto* s = reinterpret_cast<const std::uint16_t*>(scales) + r * quant::blocks_per_row(c, block);
+                return static_cast<T>(quant::dequantize_at(dtype, block, data + r * quant::row_bytes(dtype, c), s, i % c));
             }
             const std::int64_t p = r / quant::kPanelRows;
-            return static_cast<T>(quant::panel_value_at(dtype, panel(p), r % quant::kPanelRows, i % c));
+            return static_cast<T>(quant::panel_value_at(dtype, block, panel(p), r % quant::kPanelRows, i % c));
         }
         return load_element<T>(data, dtype, static_cast<std::size_t>(i));
     }

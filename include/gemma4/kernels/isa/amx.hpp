@@ -1,10 +1,10 @@
 // The AMX level: Intel AMX (Advanced Matrix Extensions) for the Q8/Q4 linear, a tile matrix
 // multiply of 16 tokens × 16 weight rows × 32 int8 codes per instruction (tdpbssd), eight times the
 // int8 products per instruction of AVX-512 VNNI, so that a step of 16 sequences costs well under
-// twice a step of one (1.7× at 48 layers on the Xeon measured in docs/performance.md). Per block,
-// one tile multiply gives the exact int32 block sums (signed × signed: Q4 nibbles unpacked to code
+// twice a step of one (1.7× at 48 layers on the Xeon measured in docs/performance.md). Per
+// 32-column unit, one tile multiply gives exact int32 sums (a block of 64 adds its two units') (signed × signed: Q4 nibbles unpacked to code
 // − 8 first), which then take the AVX-512 VNNI kernel's convert and FMA, so both give bit-identical
-// outputs. The pass multiplies two blocks in one set of accumulator tiles, then scales and adds the
+// outputs. The pass multiplies two units in one set of accumulator tiles, then scales and adds the
 // two before from the other set. (On that Xeon the tile and vector work of a core do not overlap,
 // so a block costs their sum; a deeper pipeline of one block at a time measured the same.)
 //
@@ -41,8 +41,8 @@ inline constexpr int kMinTokens = 8;
 
 /// The tiles of the Q8/Q4 kernel, configured per thread for the span of one call (TileScope):
 /// 0–3 accumulators (two sets of two, 16 tokens × 16 int32), 4–5 activations (16 tokens × 32
-/// codes), 6–7 weights (8 rows of 4 codes × 16 weight rows: one block of a panel as it lies in
-/// memory).
+/// codes), 6–7 weights (8 rows of 4 codes × 16 weight rows: one 32-column unit of a panel as it
+/// lies in memory).
 struct AmxTiles {
     static constexpr int kAccumulators[] = {0, 1, 2, 3}, kActivations[] = {4, 5}, kWeights[] = {6, 7};
 
@@ -105,15 +105,16 @@ struct PanelAmx {
     static constexpr int P = static_cast<int>(quant::kPanelRows);
     static constexpr int G = static_cast<int>(kGroupTokens);  ///< tokens per pass: the rows of a tile
 
-    /// Weight block b of a panel as a B tile source: Q8 in place; Q4 unpacked to code − 8 into
-    /// `scratch` (a block's codes are the low or high nibbles of 512 bytes of its 128-group).
+    /// Unit u (32 columns) of a panel of `block`-element blocks as a B tile source: Q8 in place;
+    /// Q4 unpacked to code − 8 into `scratch` (a unit's codes are the low or high nibbles of 512
+    /// bytes of its 128-group).
     template <bool Q4>
-    static const std::byte* block_source(const std::byte* panel, std::int64_t b, std::int8_t* scratch) {
+    static const std::byte* unit_source(const std::byte* panel, std::int64_t block, std::int64_t u, std::int8_t* scratch) {
         if constexpr (!Q4) {
-            return panel + quant::block_codes_offset(DType::Q8, b);
+            return panel + quant::unit_codes_offset(DType::Q8, block, u);
         } else {
-            const std::byte* base = panel + quant::block_codes_offset(DType::Q4, b);
-            const bool high = b % 4 >= 2;
+            const std::byte* base = panel + quant::unit_codes_offset(DType::Q4, block, u);
+            const bool high = quant::unit_high(u);
             const __m512i low4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
             for (int s = 0; s < 8; ++s) {
                 const __m512i v = _mm512_loadu_si512(base + 64 * s);
@@ -124,100 +125,124 @@ struct PanelAmx {
         }
     }
 
-    /// A group's activations for the A tiles: block by block, the 16 tokens' 32 codes of each
-    /// block together (512 bytes; rows past the last token zero), so that the pass reads them as
-    /// one sequential stream.
-    static constexpr std::int64_t kGroupBlockBytes = G * quant::kBlock;
+    /// A group's activations for the A tiles: unit by unit, the 16 tokens' 32 codes of each unit
+    /// together (512 bytes; rows past the last token zero), so that the pass reads them as one
+    /// sequential stream.
+    static constexpr std::int64_t kGroupUnitBytes = G * quant::kUnit;
 
     /// The groups' activations, laid out by group_tiles: cache-line aligned, so that no 32-byte
     /// tile row straddles two lines.
     using TileActs = AlignedVector<std::int8_t>;
 
-    /// Tokens [t0, t1) of `a` into `tiles` (sized for all groups), and the zero rows that pad
-    /// the last group when t1 is the last token.
+    /// Bytes of TileActs for all of a's tokens.
+    static std::size_t tile_bytes(const QuantActs& a) { return static_cast<std::size_t>((a.tokens + G - 1) / G * G * a.padded); }
+
+    /// Tokens [t0, t1) of `a` into `tiles` (sized by tile_bytes), and the zero rows that pad the
+    /// last group when t1 is the last token.
     static void group_tiles(const QuantActs& a, std::int64_t t0, std::int64_t t1, TileActs& tiles) {
-        const std::int64_t t_end = t1 == a.tokens ? (t1 + G - 1) / G * G : t1;
+        const std::int64_t t_end = t1 == a.tokens ? (t1 + G - 1) / G * G : t1, units = a.padded / quant::kUnit;
         for (std::int64_t t = t0; t < t_end; ++t) {
-            std::int8_t* g = tiles.data() + t / G * a.blocks * kGroupBlockBytes + t % G * quant::kBlock;
-            for (std::int64_t b = 0; b < a.blocks; ++b) {
-                std::int8_t* dst = g + b * kGroupBlockBytes;
-                if (t < a.tokens) std::memcpy(dst, a.q_row(t) + b * quant::kBlock, quant::kBlock);
-                else std::memset(dst, 0, quant::kBlock);
+            std::int8_t* g = tiles.data() + t / G * units * kGroupUnitBytes + t % G * quant::kUnit;
+            for (std::int64_t u = 0; u < units; ++u) {
+                std::int8_t* dst = g + u * kGroupUnitBytes;
+                if (t < a.tokens) std::memcpy(dst, a.q_row(t) + u * quant::kUnit, quant::kUnit);
+                else std::memset(dst, 0, quant::kUnit);
             }
         }
     }
 
-    /// Block sums of blocks b and b + 1 of the group whose tiles start at `acts` into sums[0],
+    /// Unit sums of units u and u + 1 of the group whose tiles start at `acts` into sums[0],
     /// sums[1] (16 × 16 int32 each, token-major), in accumulator tiles 0, 1 (Set 0) or 2, 3
     /// (Set 1); A tiles 4, 5 and B tiles 6, 7 (AmxTiles).
     template <bool Q4, int Set>
-    static void block_pair(const std::byte* panel, std::int64_t b, const std::int8_t* acts, std::int8_t (*scratch)[512],
-                           std::int32_t (*sums)[G * P]) {
+    static void unit_pair(const std::byte* panel, std::int64_t block, std::int64_t u, const std::int8_t* acts, std::int8_t (*scratch)[512],
+                          std::int32_t (*sums)[G * P]) {
         constexpr int c0 = 2 * Set, c1 = 2 * Set + 1;
-        const std::int8_t* a0 = acts + b * kGroupBlockBytes;
-        const std::int8_t* a1 = a0 + kGroupBlockBytes;
-        const std::byte* b0 = block_source<Q4>(panel, b, scratch[0]);
-        const std::byte* b1 = block_source<Q4>(panel, b + 1, scratch[1]);
+        const std::int8_t* a0 = acts + u * kGroupUnitBytes;
+        const std::int8_t* a1 = a0 + kGroupUnitBytes;
+        const std::byte* b0 = unit_source<Q4>(panel, block, u, scratch[0]);
+        const std::byte* b1 = unit_source<Q4>(panel, block, u + 1, scratch[1]);
         tile::zero<c0>();
         tile::zero<c1>();
-        tile::load<4>(a0, quant::kBlock);
+        tile::load<4>(a0, quant::kUnit);
         tile::load<6>(b0, 64);
         tile::dpbssd<c0, 4, 6>();
-        tile::load<5>(a1, quant::kBlock);
+        tile::load<5>(a1, quant::kUnit);
         tile::load<7>(b1, 64);
         tile::dpbssd<c1, 5, 7>();
         tile::store<c0>(sums[0], 64);
         tile::store<c1>(sums[1], 64);
     }
 
-    /// acc[t] += float(sum[t]) · (w_scale · x_scale[t]) for block b: the VNNI pass's float
-    /// sequence exactly.
-    template <bool Q4, int N>
-    static void scale_add(const std::int32_t* sums, const std::byte* panel, const float* xs, std::int64_t xs_stride, std::int64_t b,
-                          __m512* acc) {
-        const std::byte* scales = panel + quant::block_scales_offset(Q4 ? DType::Q4 : DType::Q8, b);
+    /// acc[t] += float(sum[t]) · (w_scale · x_scale[t]) for block b of Block elements, its sum
+    /// that of one unit (`more` null) or of two (`sums` + `more`, exact in int32): the VNNI
+    /// pass's float sequence exactly.
+    template <bool Q4, int N, int Block>
+    static void scale_add(const std::int32_t* sums, const std::int32_t* more, const std::byte* panel, const float* xs, std::int64_t xs_stride,
+                          std::int64_t b, __m512* acc) {
+        const std::byte* scales = panel + quant::block_scales_offset(Q4 ? DType::Q4 : DType::Q8, Block, b);
         const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
 #pragma GCC unroll 16
-        for (int t = 0; t < N; ++t)
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + P * t)),
-                                     _mm512_mul_ps(ws, _mm512_set1_ps(xs[t * xs_stride + b])), acc[t]);
+        for (int t = 0; t < N; ++t) {
+            __m512i sum = _mm512_load_si512(sums + P * t);
+            if constexpr (Block == 64) sum = _mm512_add_epi32(sum, _mm512_load_si512(more + P * t));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_set1_ps(xs[t * xs_stride + b])), acc[t]);
+        }
     }
 
-    /// The N tokens of the group whose tiles start at `acts` over one panel, as
-    /// PanelVnni::pass. Blocks go in pairs: pair i is multiplied in tile set i % 2 while pair
-    /// i − 1 is scaled and added.
-    template <bool Q4, int N>
+    /// The N tokens of the group whose tiles start at `acts` over one panel of Block-element
+    /// blocks, as PanelVnni::pass. Units go in pairs (two blocks of 32, or one of 64): pair i is
+    /// multiplied in tile set i % 2 while pair i − 1 is scaled and added.
+    template <bool Q4, int N, int Block>
     static void pass(const std::byte* panel, std::int64_t blocks, const std::int8_t* acts, const float* xs, std::int64_t xs_stride,
                      PanelPrefetch pf, float* const y[N], __mmask16 mask) {
         constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
+        constexpr int U = Block / 32;
+        const std::int64_t units = blocks * U;
         alignas(64) std::int32_t sums[2][2][G * P];
         alignas(64) std::int8_t scratch[2][2][512];
         __m512 acc[N];
         for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
-        for (std::int64_t b = 0; b <= blocks; b += 2) {
-            if (b < blocks) {
+        for (std::int64_t u = 0; u <= units; u += 2) {
+            if (u < units) {
                 if (pf) {
-                    prefetch_block<kType>(panel, b, pf);
-                    prefetch_block<kType>(panel, b + 1, pf);
+                    if constexpr (U == 1) {
+                        prefetch_block<kType, Block>(panel, u, pf);
+                        prefetch_block<kType, Block>(panel, u + 1, pf);
+                    } else {
+                        prefetch_block<kType, Block>(panel, u / 2, pf);
+                    }
                 }
-                if (b / 2 % 2 == 0) block_pair<Q4, 0>(panel, b, acts, scratch[0], sums[0]);
-                else block_pair<Q4, 1>(panel, b, acts, scratch[1], sums[1]);
+                if (u / 2 % 2 == 0) unit_pair<Q4, 0>(panel, Block, u, acts, scratch[0], sums[0]);
+                else unit_pair<Q4, 1>(panel, Block, u, acts, scratch[1], sums[1]);
             }
-            if (b >= 2) {
-                const int set = static_cast<int>((b - 2) / 2 % 2);
-                scale_add<Q4, N>(sums[set][0], panel, xs, xs_stride, b - 2, acc);
-                scale_add<Q4, N>(sums[set][1], panel, xs, xs_stride, b - 1, acc);
+            if (u >= 2) {
+                const int set = static_cast<int>((u - 2) / 2 % 2);
+                if constexpr (U == 1) {
+                    scale_add<Q4, N, Block>(sums[set][0], nullptr, panel, xs, xs_stride, u - 2, acc);
+                    scale_add<Q4, N, Block>(sums[set][1], nullptr, panel, xs, xs_stride, u - 1, acc);
+                } else {
+                    scale_add<Q4, N, Block>(sums[set][0], sums[set][1], panel, xs, xs_stride, (u - 2) / 2, acc);
+                }
             }
         }
         for (int t = 0; t < N; ++t) _mm512_mask_storeu_ps(y[t], mask, acc[t]);
     }
 
-    template <bool Q4, int N = G>
+    template <bool Q4, int Block, int N = G>
     static void dispatch(int n, const std::byte* panel, std::int64_t blocks, const std::int8_t* acts, const float* xs,
                          std::int64_t xs_stride, PanelPrefetch pf, float* const* y, __mmask16 mask) {
         if constexpr (N > kMinTokens)
-            if (n < N) return dispatch<Q4, N - 1>(n, panel, blocks, acts, xs, xs_stride, pf, y, mask);
-        pass<Q4, N>(panel, blocks, acts, xs, xs_stride, pf, y, mask);
+            if (n < N) return dispatch<Q4, Block, N - 1>(n, panel, blocks, acts, xs, xs_stride, pf, y, mask);
+        pass<Q4, N, Block>(panel, blocks, acts, xs, xs_stride, pf, y, mask);
+    }
+
+    /// dispatch for the block size `block` of the weights.
+    template <bool Q4>
+    static void dispatch(std::int64_t block, int n, const std::byte* panel, std::int64_t blocks, const std::int8_t* acts, const float* xs,
+                         std::int64_t xs_stride, PanelPrefetch pf, float* const* y, __mmask16 mask) {
+        if (block == 64) dispatch<Q4, 64>(n, panel, blocks, acts, xs, xs_stride, pf, y, mask);
+        else dispatch<Q4, 32>(n, panel, blocks, acts, xs, xs_stride, pf, y, mask);
     }
 };
 
@@ -239,13 +264,13 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
             for (int t = 0; t < n; ++t) yt[t] = y.row(t0 + t) + n0;
             const PanelPrefetch pf = t0 == 0 ? plan : PanelPrefetch{};
             if (t0 < vnni_from) {
-                const std::int8_t* acts = tiles.data() + t0 * a.blocks * quant::kBlock;
-                if (q4) PanelAmx::dispatch<true>(n, w.panel(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
-                else PanelAmx::dispatch<false>(n, w.panel(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
+                const std::int8_t* acts = tiles.data() + t0 * a.padded;
+                if (q4) PanelAmx::dispatch<true>(w.block, n, w.panel(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
+                else PanelAmx::dispatch<false>(w.block, n, w.panel(p), a.blocks, acts, a.scale_row(t0), a.blocks, pf, yt, mask);
             } else if (q4) {
-                PanelVnni::dispatch<true>(n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
+                PanelVnni::dispatch<true>(w.block, n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
             } else {
-                PanelVnni::dispatch<false>(n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
+                PanelVnni::dispatch<false>(w.block, n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
             }
         }
     }

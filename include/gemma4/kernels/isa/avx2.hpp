@@ -71,17 +71,20 @@ inline void vload_bf16(const std::uint16_t* w, V& even, V& odd) {
 
 /// quantize_row_portable (kernels/quant_acts.hpp; the rule is quant::quantize_symmetric) with
 /// whole blocks in registers: the same bits.
-inline void quantize_row(const float* x, std::int64_t cols, std::int64_t blocks, std::int8_t* q, float* scale, std::int32_t* sum) {
+template <int Block>
+inline void quantize_blocks(const float* x, std::int64_t cols, std::int64_t blocks, std::int8_t* q, float* scale, std::int32_t* sum) {
+    constexpr int V = Block / 8;
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
     for (std::int64_t b = 0; b < blocks; ++b) {
-        const std::int64_t i0 = b * quant::kBlock;
-        if (cols - i0 < quant::kBlock) {
-            scale[b] = quantize_block(x + i0, std::max<std::int64_t>(cols - i0, 0), q + i0, sum[b]);
+        const std::int64_t i0 = b * Block;
+        if (cols - i0 < Block) {
+            scale[b] = quantize_block(x + i0, std::max<std::int64_t>(cols - i0, 0), Block, q + i0, sum[b]);
             continue;
         }
-        __m256 v[4], m = _mm256_setzero_ps();
-        for (int k = 0; k < 4; ++k) {
+        __m256 v[V], m = _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int k = 0; k < V; ++k) {
             v[k] = _mm256_loadu_ps(x + i0 + 8 * k);
             m = _mm256_max_ps(_mm256_and_ps(v[k], abs_mask), m);  // a NaN keeps the running value, as std::max does
         }
@@ -90,18 +93,30 @@ inline void quantize_row(const float* x, std::int64_t cols, std::int64_t blocks,
         m4 = _mm_max_ss(_mm_movehdup_ps(m4), m4);
         const float amax = _mm_cvtss_f32(m4);
         const __m256 vi = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-        __m256i c[4];  // rounding to nearest even, as nearbyint in the default rounding mode
-        for (int k = 0; k < 4; ++k) c[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[k], vi), lo), hi));
-        // int32 → int16 → int8 packs interleave the 128-bit lanes; the permute puts them back in order
-        const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i0), _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
+        __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int k0 = 0; k0 < V; k0 += 4) {  // 32 codes at a time
+            __m256i c[4];  // rounding to nearest even, as nearbyint in the default rounding mode
+            for (int k = 0; k < 4; ++k) c[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[k0 + k], vi), lo), hi));
+            // int32 → int16 → int8 packs interleave the 128-bit lanes; the permute puts them back in order
+            const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i0 + 8 * k0),
+                                _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+            s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3])));
+        }
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
         scale[b] = amax / 127.0f;
         sum[b] = _mm_cvtsi128_si32(s4);
     }
+}
+
+/// quantize_blocks<Block> for the block size `block`.
+inline void quantize_row(const float* x, std::int64_t cols, std::int64_t block, std::int64_t blocks, std::int8_t* q, float* scale,
+                         std::int32_t* sum) {
+    if (block == 64) quantize_blocks<64>(x, cols, blocks, q, scale, sum);
+    else quantize_blocks<32>(x, cols, blocks, q, scale, sum);
 }
 
 inline constexpr bool kAvxVnni = false;

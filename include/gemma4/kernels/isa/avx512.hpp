@@ -28,13 +28,14 @@ GEMMA4_TARGET_AVX512_BEGIN
 namespace gemma4::inline GEMMA4_ABI::detail::avx512 {
 
 // The Q8/Q4 panel kernel (vpdpbusd, 64 int8 products per instruction). A panel interleaves its
-// 16 rows in 4-byte words, so one 64-byte load holds 4 codes of each row: a block (32 columns)
-// is 8 such vectors, loaded once and met by the broadcast activation words of up to 16 tokens,
-// each token's block sum then taking one convert and one FMA, with no shuffles and no
-// horizontal sums. The weights stream once per pass, as one contiguous prefetched sequence;
-// more than 16 tokens make more passes over a panel, which is then in L2. vpdpbusd multiplies
-// unsigned by signed bytes, so weights enter as unsigned (Q8: code + 128 by flipping the sign
-// bit; Q4: the stored nibble, code + 8) and each block's int32 sum starts at −offset·Σx.
+// 16 rows in 4-byte words, so one 64-byte load holds 4 codes of each row: a 32-column unit is 8
+// such vectors, and a block (one or two units) is loaded once and met by the broadcast
+// activation words of up to 16 tokens, each token's block sum then taking one convert and one
+// FMA, with no shuffles and no horizontal sums. The weights stream once per pass, as one
+// contiguous prefetched sequence; more than 16 tokens make more passes over a panel, which is
+// then in L2. vpdpbusd multiplies unsigned by signed bytes, so weights enter as unsigned (Q8:
+// code + 128 by flipping the sign bit; Q4: the stored nibble, code + 8) and each block's int32
+// sum starts at −offset·Σx.
 struct PanelVnni {
     /// The offset that makes a weight code unsigned (GroupActs).
     static constexpr int offset(DType t) { return t == DType::Q4 ? quant::kQ4Offset : 128; }
@@ -42,137 +43,171 @@ struct PanelVnni {
     static constexpr int P = static_cast<int>(quant::kPanelRows);  ///< rows per panel: the 16 int32 lanes of a zmm
     static constexpr int G = static_cast<int>(kGroupTokens);  ///< tokens per pass: 16 float accumulators in registers
 
-    /// The N tokens of one group over one panel: y[t][0 … 16) for the panel's rows (mask).
-    /// Prefetches the panel's stream as `pf` says (none: the panel is already cached).
-    template <bool Q4, int N>
+    /// The N tokens of one group over one panel of Block-element blocks: y[t][0 … 16) for the
+    /// panel's rows (mask). Prefetches the panel's stream as `pf` says (none: already cached).
+    template <bool Q4, int N, int Block>
     static void pass(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, PanelPrefetch pf, float* const y[N],
                      __mmask16 mask) {
         constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
+        constexpr int U = Block / 32, W = Block / 4, R = W + 2;  // units and words per block, record words per token
+        // Eight tokens at a time: eight independent vpdpbusd chains cover its latency (5 cycles
+        // at one per cycle; four chains left a batch of 16 decoding 10 % slower). Fewer tokens
+        // than that keep one sum per unit, so that a 64-element block still gives two chains.
+        constexpr int C = N < 8 ? N : 8, S = C <= 4 ? U : 1;
         const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80)), low4 = _mm512_set1_epi8(0x0f);
         __m512 acc[N];
         for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
         for (std::int64_t b = 0; b < blocks; ++b) {
-            if (pf) prefetch_block<kType>(panel, b, pf);
-            __m512i wv[8];
-            const std::byte* base = panel + quant::block_codes_offset(kType, b);
-            if constexpr (Q4) {
-                // the low (b % 4 < 2) or high nibbles of 512 bytes of the group
-                const bool high = b % 4 >= 2;
-#pragma GCC unroll 8
-                for (int s = 0; s < 8; ++s) {
-                    const __m512i v = _mm512_loadu_si512(base + 64 * s);
-                    wv[s] = _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, low4);
-                }
-            } else {
-#pragma GCC unroll 8
-                for (int s = 0; s < 8; ++s) wv[s] = _mm512_xor_si512(_mm512_loadu_si512(base + 64 * s), flip);
-            }
-            const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + quant::block_scales_offset(kType, b))));
-            const std::int32_t* words = act + b * 10 * N;
-            const auto* xs = reinterpret_cast<const float*>(words + 8 * N);
-            const std::int32_t* start = words + 9 * N;
-            // Eight tokens at a time: eight independent vpdpbusd chains cover its latency (5
-            // cycles at one per cycle; four chains left a batch of 16 decoding 10 % slower), and
-            // the accumulators stay in registers, a few in L1 (the loops are unrolled fully).
+            if (pf) prefetch_block<kType, Block>(panel, b, pf);
+            __m512i wv[W];
+            const std::byte* base = panel + quant::block_codes_offset(kType, Block, b);
 #pragma GCC unroll 16
-            for (int t0 = 0; t0 < N; t0 += 8) {
-                constexpr int kChains = 8;
-                __m512i isum[kChains];
+            for (int s = 0; s < W; ++s) {
+                const __m512i v = _mm512_loadu_si512(base + 64 * s);  // unit s / 8 at 512 · (s / 8)
+                if constexpr (Q4) {
+                    // the low or high nibbles of the units' bytes
+                    wv[s] = _mm512_and_si512(quant::unit_high(b * U) ? _mm512_srli_epi16(v, 4) : v, low4);
+                } else {
+                    wv[s] = _mm512_xor_si512(v, flip);
+                }
+            }
+            const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + quant::block_scales_offset(kType, Block, b))));
+            const std::int32_t* words = act + b * R * N;
+            const auto* xs = reinterpret_cast<const float*>(words + W * N);
+            const std::int32_t* start = words + (W + 1) * N;
+            // the accumulators stay in registers, a few in L1 (the loops are unrolled fully)
+#pragma GCC unroll 16
+            for (int t0 = 0; t0 < N; t0 += C) {
+                __m512i isum[C][S];
 #pragma GCC unroll 8
-                for (int c = 0; c < kChains; ++c)
-                    if (t0 + c < N) isum[c] = _mm512_set1_epi32(start[t0 + c]);
+                for (int c = 0; c < C; ++c)
+#pragma GCC unroll 2
+                    for (int k = 0; k < S; ++k)
+                        if (t0 + c < N) isum[c][k] = k == 0 ? _mm512_set1_epi32(start[t0 + c]) : _mm512_setzero_si512();
+#pragma GCC unroll 16
+                for (int s = 0; s < W; ++s)
 #pragma GCC unroll 8
-                for (int s = 0; s < 8; ++s)
+                    for (int c = 0; c < C; ++c)
+                        if (t0 + c < N)
+                            isum[c][s / 8 % S] = _mm512_dpbusd_epi32(isum[c][s / 8 % S], wv[s], _mm512_set1_epi32(words[s * N + t0 + c]));
 #pragma GCC unroll 8
-                    for (int c = 0; c < kChains; ++c)
-                        if (t0 + c < N) isum[c] = _mm512_dpbusd_epi32(isum[c], wv[s], _mm512_set1_epi32(words[s * N + t0 + c]));
-#pragma GCC unroll 8
-                for (int c = 0; c < kChains; ++c)
-                    if (t0 + c < N)
-                        acc[t0 + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(ws, _mm512_set1_ps(xs[t0 + c])), acc[t0 + c]);
+                for (int c = 0; c < C; ++c) {
+                    if (t0 + c >= N) break;
+                    __m512i sum = isum[c][0];
+                    if constexpr (S > 1) sum = _mm512_add_epi32(sum, isum[c][1]);  // exact: the order of an int32 sum is free
+                    acc[t0 + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_set1_ps(xs[t0 + c])), acc[t0 + c]);
+                }
             }
         }
         for (int t = 0; t < N; ++t) _mm512_mask_storeu_ps(y[t], mask, acc[t]);
     }
 
-    /// pass<true, 1> taken a 128-column group (4 blocks) at a time. One token does 8 products
-    /// per 64 loaded bytes, and Q4 reads each 64 bytes for two blocks (k and k + 2 hold their
-    /// codes as the low and high nibbles), so the loads and the unpacking weigh as much as the
-    /// products: here the group's 1024 code bytes are loaded once for both nibbles, and the four
-    /// blocks' sums are four independent chains. The float accumulation keeps block order, so
-    /// the output has the same bits. Streamed from memory on a 2-thread AMD Zen 5, 4–15 % faster
-    /// (docs/performance.md); Q8, which loads each byte once anyway, gained nothing in the model.
+    /// pass<true, 1, Block> taken a 128-column group (4 units) at a time. One token does 8
+    /// products per 64 loaded bytes, and Q4 reads each 64 bytes for two units (k and k + 2 hold
+    /// their codes as the low and high nibbles), so the loads and the unpacking weigh as much as
+    /// the products: here the group's 1024 code bytes are loaded once for both nibbles, and the
+    /// four units' sums are four independent chains (a 64-element block adds its two). The float
+    /// accumulation keeps block order, so the output has the same bits. Streamed from memory on
+    /// a 2-thread AMD Zen 5, 4–15 % faster (docs/performance.md); Q8, which loads each byte once
+    /// anyway, gained nothing in the model.
+    template <int Block>
     static void pass_q4_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, PanelPrefetch pf, float* y,
                                   __mmask16 mask) {
-        constexpr int B = static_cast<int>(quant::kGroupBlocks);
-        static_assert(B == 4, "a group's code bytes hold blocks k and k + 2 as low and high nibbles");
+        constexpr int U = Block / 32, W = Block / 4, R = W + 2, B = static_cast<int>(quant::group_blocks(Block));
         const __m512i low4 = _mm512_set1_epi8(0x0f);
-        // one token's record per block (GroupActs, n = 1): 8 words, the x scale, the start value
-        const auto word = [&](std::int64_t b, int s) { return _mm512_set1_epi32(act[b * 10 + s]); };
+        // one token's record per block (GroupActs, n = 1): W words, the x scale, the start value;
+        // word s of unit u of the group is word (u % U)·8 + s of its block
+        const auto word = [&](std::int64_t b0, int u, int s) { return _mm512_set1_epi32(act[(b0 + u / U) * R + u % U * 8 + s]); };
         __m512 acc = _mm512_setzero_ps();
         for (std::int64_t b0 = 0; b0 < blocks; b0 += B) {  // blocks is a whole number of groups
             if (pf) {
 #pragma GCC unroll 4
-                for (int k = 0; k < B; ++k) prefetch_block<DType::Q4>(panel, b0 + k, pf);
+                for (int k = 0; k < B; ++k) prefetch_block<DType::Q4, Block>(panel, b0 + k, pf);
             }
-            __m512i isum[B];
+            __m512i isum[4];  // per unit; a block's start value in its first unit's sum
 #pragma GCC unroll 4
-            for (int k = 0; k < B; ++k) isum[k] = _mm512_set1_epi32(act[(b0 + k) * 10 + 9]);
-            const std::byte* base = panel + quant::block_codes_offset(DType::Q4, b0);
+            for (int u = 0; u < 4; ++u) isum[u] = u % U == 0 ? _mm512_set1_epi32(act[(b0 + u / U) * R + W + 1]) : _mm512_setzero_si512();
+            const std::byte* base = panel + quant::block_codes_offset(DType::Q4, Block, b0);
 #pragma GCC unroll 2
-            for (int k = 0; k < 2; ++k)  // blocks k (low nibbles) and k + 2 (high nibbles)
+            for (int k = 0; k < 2; ++k)  // units k (low nibbles) and k + 2 (high nibbles)
 #pragma GCC unroll 8
                 for (int s = 0; s < 8; ++s) {
-                    const __m512i v = _mm512_loadu_si512(base + 512 * k + 64 * s);
-                    isum[k] = _mm512_dpbusd_epi32(isum[k], _mm512_and_si512(v, low4), word(b0 + k, s));
-                    isum[k + 2] = _mm512_dpbusd_epi32(isum[k + 2], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), word(b0 + k + 2, s));
+                    const __m512i v = _mm512_loadu_si512(base + quant::kUnitBytes * k + 64 * s);
+                    isum[k] = _mm512_dpbusd_epi32(isum[k], _mm512_and_si512(v, low4), word(b0, k, s));
+                    isum[k + 2] = _mm512_dpbusd_epi32(isum[k + 2], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), word(b0, k + 2, s));
                 }
 #pragma GCC unroll 4
             for (int k = 0; k < B; ++k) {
                 const std::int64_t b = b0 + k;
-                const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + quant::block_scales_offset(DType::Q4, b))));
-                const float xs = std::bit_cast<float>(act[b * 10 + 8]);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k]), _mm512_mul_ps(ws, _mm512_set1_ps(xs)), acc);
+                __m512i sum = isum[k * U];
+                if constexpr (U > 1) sum = _mm512_add_epi32(sum, isum[k * U + 1]);
+                const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + quant::block_scales_offset(DType::Q4, Block, b))));
+                const float xs = std::bit_cast<float>(act[b * R + W]);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_set1_ps(xs)), acc);
             }
         }
         _mm512_mask_storeu_ps(y, mask, acc);
     }
 
-    template <bool Q4, int N = G>
+    template <bool Q4, int Block, int N = G>
     static void dispatch(int n, const std::byte* panel, std::int64_t blocks, const std::int32_t* act, PanelPrefetch pf,
                          float* const* y, __mmask16 mask) {
         if constexpr (N > 1)
-            if (n < N) return dispatch<Q4, N - 1>(n, panel, blocks, act, pf, y, mask);
-        if constexpr (Q4 && N == 1) pass_q4_one_token(panel, blocks, act, pf, y[0], mask);
-        else pass<Q4, N>(panel, blocks, act, pf, y, mask);
+            if (n < N) return dispatch<Q4, Block, N - 1>(n, panel, blocks, act, pf, y, mask);
+        if constexpr (Q4 && N == 1) pass_q4_one_token<Block>(panel, blocks, act, pf, y[0], mask);
+        else pass<Q4, N, Block>(panel, blocks, act, pf, y, mask);
+    }
+
+    /// dispatch for the block size `block` of the weights.
+    template <bool Q4>
+    static void dispatch(std::int64_t block, int n, const std::byte* panel, std::int64_t blocks, const std::int32_t* act,
+                         PanelPrefetch pf, float* const* y, __mmask16 mask) {
+        if (block == 64) dispatch<Q4, 64>(n, panel, blocks, act, pf, y, mask);
+        else dispatch<Q4, 32>(n, panel, blocks, act, pf, y, mask);
     }
 };
 
-
 /// quantize_row_portable (kernels/quant_acts.hpp; the rule is quant::quantize_symmetric) with
 /// whole blocks in registers: the same bits.
-inline void quantize_row(const float* x, std::int64_t cols, std::int64_t blocks, std::int8_t* q, float* scale, std::int32_t* sum) {
+template <int Block>
+inline void quantize_blocks(const float* x, std::int64_t cols, std::int64_t blocks, std::int8_t* q, float* scale, std::int32_t* sum) {
+    constexpr int V = Block / 16;
     const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
     for (std::int64_t b = 0; b < blocks; ++b) {
-        const std::int64_t i0 = b * quant::kBlock;
-        if (cols - i0 < quant::kBlock) {
-            scale[b] = quantize_block(x + i0, std::max<std::int64_t>(cols - i0, 0), q + i0, sum[b]);
+        const std::int64_t i0 = b * Block;
+        if (cols - i0 < Block) {
+            scale[b] = quantize_block(x + i0, std::max<std::int64_t>(cols - i0, 0), Block, q + i0, sum[b]);
             continue;
         }
-        const __m512 x0 = _mm512_loadu_ps(x + i0), x1 = _mm512_loadu_ps(x + i0 + 16);
-        // max(|x|, running): a NaN keeps the running value, as std::max does
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x1, abs_mask), _mm512_and_ps(x0, abs_mask)));
+        __m512 v[V];
+        __m512 m = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int k = 0; k < V; ++k) {
+            v[k] = _mm512_loadu_ps(x + i0 + 16 * k);
+            m = _mm512_max_ps(_mm512_and_ps(v[k], abs_mask), m);  // a NaN keeps the running value, as std::max does
+        }
+        const float amax = _mm512_reduce_max_ps(m);
         const float inv = amax > 0 ? 127.0f / amax : 0.0f;
         const __m512 vi = _mm512_set1_ps(inv);
-        // rounding to nearest even, as nearbyint in the default rounding mode
-        const __m512i c0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x0, vi), lo), hi));
-        const __m512i c1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x1, vi), lo), hi));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i0), _mm512_cvtsepi32_epi8(c0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i0 + 16), _mm512_cvtsepi32_epi8(c1));
+        __m512i total = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < V; ++k) {
+            // rounding to nearest even, as nearbyint in the default rounding mode
+            const __m512i c = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v[k], vi), lo), hi));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i0 + 16 * k), _mm512_cvtsepi32_epi8(c));
+            total = _mm512_add_epi32(total, c);
+        }
         scale[b] = amax / 127.0f;
-        sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1));
+        sum[b] = _mm512_reduce_add_epi32(total);
     }
+}
+
+/// quantize_blocks<Block> for the block size `block`.
+inline void quantize_row(const float* x, std::int64_t cols, std::int64_t block, std::int64_t blocks, std::int8_t* q, float* scale,
+                         std::int32_t* sum) {
+    if (block == 64) quantize_blocks<64>(x, cols, blocks, q, scale, sum);
+    else quantize_blocks<32>(x, cols, blocks, q, scale, sum);
 }
 
 /// Panels [p0, p1) of w for all tokens of `a` (their activations in `ga`, offset as above).
@@ -188,8 +223,8 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
             const int n = static_cast<int>(std::min<std::int64_t>(G, a.tokens - t0));
             for (int t = 0; t < n; ++t) yt[t] = y.row(t0 + t) + n0;
             const PanelPrefetch pf = t0 == 0 ? plan : PanelPrefetch{};  // later groups find the panel in L2
-            if (q4) PanelVnni::dispatch<true>(n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
-            else PanelVnni::dispatch<false>(n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
+            if (q4) PanelVnni::dispatch<true>(w.block, n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
+            else PanelVnni::dispatch<false>(w.block, n, w.panel(p), a.blocks, ga.group(t0), pf, yt, mask);
         }
     }
 }

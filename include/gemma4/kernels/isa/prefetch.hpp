@@ -64,19 +64,20 @@ inline PanelPrefetch avx512_panel_prefetch(DType t, std::int64_t tokens, const C
     return panel_prefetch(t, tokens);
 }
 
-/// Prefetches block b's share of a panel's stream (codes and scales, tensor/quant.hpp) as `pf`
-/// says. Two blocks' shares are whole lines (Q8 17, Q4 9): the even block takes the first half
-/// rounded up and the odd one the rest, so each line is asked for once.
+/// Prefetches block b's share of a panel's stream of Block-element blocks (codes and scales,
+/// tensor/quant.hpp) as `pf` says. Two blocks' shares are whole lines (block 32: Q8 17, Q4 9;
+/// 64: Q8 33, Q4 17): the even block takes the first half rounded up and the odd one the rest,
+/// so each line is asked for once.
 /// Always inlined: GCC takes a function that only prefetches for one without effects and drops
 /// the calls to it that it has not inlined early (a pass compiled for another target is inlined
 /// late).
-template <DType T>
+template <DType T, int Block>
 [[gnu::always_inline]] inline void prefetch_block(const std::byte* panel, std::int64_t b, PanelPrefetch pf) {
-    constexpr std::int64_t pair_bytes = 2 * quant::block_stream_bytes(T), pair_lines = pair_bytes / 64, first = (pair_lines + 1) / 2;
+    constexpr std::int64_t pair_bytes = 2 * quant::block_stream_bytes(T, Block), pair_lines = pair_bytes / 64, first = (pair_lines + 1) / 2;
     static_assert(pair_bytes % 64 == 0, "a pair of blocks is whole lines");
     const char* f = reinterpret_cast<const char*>(panel) + b / 2 * pair_bytes;
     const std::int64_t l0 = b % 2 == 0 ? 0 : first;  // the even block's lines [0, first), the odd one's the rest
-#pragma GCC unroll 9
+#pragma GCC unroll 17
     for (std::int64_t i = 0; i < first; ++i) {
         const std::int64_t l = l0 + i;
         if (l >= pair_lines) break;  // the odd block has one line fewer when pair_lines is odd

@@ -35,92 +35,105 @@ struct PanelAvx2 {
         }
     }
 
-    /// Word s (of 8) of block b, half h (rows 8h … 8h + 7), as the kernel's weight operand.
-    template <bool Q4>
+    /// Word s of block b (Block elements, s < Block / 4), half h (rows 8h … 8h + 7), as the
+    /// kernel's weight operand.
+    template <bool Q4, int Block>
     static __m256i weight(const std::byte* panel, std::int64_t b, int s, int h) {
-        const std::byte* base = panel + quant::block_codes_offset(Q4 ? DType::Q4 : DType::Q8, b);
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 64 * s + 32 * h));
+        const std::byte* base = panel + quant::block_codes_offset(Q4 ? DType::Q4 : DType::Q8, Block, b);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 64 * s + 32 * h));  // unit s / 8 at 512 · (s / 8)
         if constexpr (Q4) {
-            // the low (b % 4 < 2) or high nibbles of 512 bytes of the group
-            return _mm256_and_si256(b % 4 >= 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+            // the low or high nibbles of the units' bytes
+            return _mm256_and_si256(quant::unit_high(b * (Block / 32)) ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
         } else {
             return kAvxVnni ? _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))) : v;
         }
     }
 
-    /// Tokens i … i + N − 1 of a group of n (activations `act`, GroupActs) over one panel:
-    /// y[t][0 … rows). Prefetches the panel's stream as `pf` says (none: already cached).
-    template <bool Q4, int N>
+    /// Tokens i … i + N − 1 of a group of n (activations `act`, GroupActs) over one panel of
+    /// Block-element blocks: y[t][0 … rows). Prefetches the panel's stream as `pf` says (none:
+    /// already cached).
+    template <bool Q4, int N, int Block>
     static void pass(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, int n, int i, PanelPrefetch pf,
                      float* const y[N], int rows) {
         constexpr DType kType = Q4 ? DType::Q4 : DType::Q8;
+        constexpr int U = Block / 32, W = Block / 4, R = W + 2;  // units and words per block, record words per token
+        constexpr int S = N <= 2 ? U : 1;  // sums per token: one per unit when few tokens give few chains
         __m256 acc[2][N];
         for (auto& half : acc)
             for (auto& a : half) a = _mm256_setzero_ps();
         for (std::int64_t b = 0; b < blocks; ++b) {
-            if (pf) prefetch_block<kType>(panel, b, pf);
-            const auto* scales = reinterpret_cast<const std::uint16_t*>(panel + quant::block_scales_offset(kType, b));
-            const std::int32_t* words = act + b * 10 * n + i;
-            const auto* xs = reinterpret_cast<const float*>(words + 8 * n);
-            const std::int32_t* start = words + 9 * n;
+            if (pf) prefetch_block<kType, Block>(panel, b, pf);
+            const auto* scales = reinterpret_cast<const std::uint16_t*>(panel + quant::block_scales_offset(kType, Block, b));
+            const std::int32_t* words = act + b * R * n + i;
+            const auto* xs = reinterpret_cast<const float*>(words + W * n);
+            const std::int32_t* start = words + (W + 1) * n;
 #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
-                __m256i isum[N];
+                __m256i isum[N][S];
 #pragma GCC unroll 4
-                for (int t = 0; t < N; ++t) isum[t] = _mm256_set1_epi32(start[t]);
-#pragma GCC unroll 8
-                for (int s = 0; s < 8; ++s) {
-                    const __m256i w = weight<Q4>(panel, b, s, h);
+                for (int t = 0; t < N; ++t)
+#pragma GCC unroll 2
+                    for (int k = 0; k < S; ++k) isum[t][k] = k == 0 ? _mm256_set1_epi32(start[t]) : _mm256_setzero_si256();
+#pragma GCC unroll 16
+                for (int s = 0; s < W; ++s) {
+                    const __m256i w = weight<Q4, Block>(panel, b, s, h);
                     const __m256i w_abs = Q4 || kAvxVnni ? w : _mm256_abs_epi8(w);
 #pragma GCC unroll 4
-                    for (int t = 0; t < N; ++t) isum[t] = dot(isum[t], w, w_abs, _mm256_set1_epi32(words[s * n + t]), Q4);
+                    for (int t = 0; t < N; ++t) isum[t][s / 8 % S] = dot(isum[t][s / 8 % S], w, w_abs, _mm256_set1_epi32(words[s * n + t]), Q4);
                 }
                 const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 8 * h)));
 #pragma GCC unroll 4
-                for (int t = 0; t < N; ++t)
-                    acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(ws, _mm256_set1_ps(xs[t])), acc[h][t]);
+                for (int t = 0; t < N; ++t) {
+                    __m256i sum = isum[t][0];
+                    if constexpr (S > 1) sum = _mm256_add_epi32(sum, isum[t][1]);  // exact: the order of an int32 sum is free
+                    acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, _mm256_set1_ps(xs[t])), acc[h][t]);
+                }
             }
         }
         for (int t = 0; t < N; ++t) store(y[t], acc[0][t], acc[1][t], rows);
     }
 
-    /// pass<true, 1> taken a 128-column group (4 blocks) at a time, as the AVX-512 level's
-    /// pass_q4_one_token (why there): the group's bytes loaded once for both nibbles (blocks k
-    /// and k + 2), four independent block sums, the float accumulation in block order (same bits).
+    /// pass<true, 1, Block> taken a 128-column group (4 units) at a time, as the AVX-512 level's
+    /// pass_q4_one_token (why there): the group's bytes loaded once for both nibbles (units k
+    /// and k + 2), four independent unit sums (a 64-element block adds its two), the float
+    /// accumulation in block order (same bits).
+    template <int Block>
     static void pass_q4_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, PanelPrefetch pf, float* y, int rows) {
-        constexpr int B = static_cast<int>(quant::kGroupBlocks);
-        static_assert(B == 4, "a group's code bytes hold blocks k and k + 2 as low and high nibbles");
+        constexpr int U = Block / 32, W = Block / 4, R = W + 2, B = static_cast<int>(quant::group_blocks(Block));
         const __m256i low4 = _mm256_set1_epi8(0x0f);
-        // one token's record per block (GroupActs, n = 1): 8 words, the x scale, the start value
-        const auto word = [&](std::int64_t b, int s) { return _mm256_set1_epi32(act[b * 10 + s]); };
+        // one token's record per block (GroupActs, n = 1): W words, the x scale, the start value;
+        // word s of unit u of the group is word (u % U)·8 + s of its block
+        const auto word = [&](std::int64_t b0, int u, int s) { return _mm256_set1_epi32(act[(b0 + u / U) * R + u % U * 8 + s]); };
         __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (std::int64_t b0 = 0; b0 < blocks; b0 += B) {  // blocks is a whole number of groups
             if (pf) {
 #pragma GCC unroll 4
-                for (int k = 0; k < B; ++k) prefetch_block<DType::Q4>(panel, b0 + k, pf);
+                for (int k = 0; k < B; ++k) prefetch_block<DType::Q4, Block>(panel, b0 + k, pf);
             }
-            const std::byte* base = panel + quant::block_codes_offset(DType::Q4, b0);
+            const std::byte* base = panel + quant::block_codes_offset(DType::Q4, Block, b0);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
-                __m256i isum[B];
+                __m256i isum[4];  // per unit; a block's start value in its first unit's sum
 #pragma GCC unroll 4
-                for (int k = 0; k < B; ++k) isum[k] = _mm256_set1_epi32(act[(b0 + k) * 10 + 9]);
+                for (int u = 0; u < 4; ++u) isum[u] = u % U == 0 ? _mm256_set1_epi32(act[(b0 + u / U) * R + W + 1]) : _mm256_setzero_si256();
 #pragma GCC unroll 2
-                for (int k = 0; k < 2; ++k)  // blocks k (low nibbles) and k + 2 (high nibbles)
+                for (int k = 0; k < 2; ++k)  // units k (low nibbles) and k + 2 (high nibbles)
 #pragma GCC unroll 8
                     for (int s = 0; s < 8; ++s) {
-                        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 512 * k + 64 * s + 32 * h));
+                        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + quant::kUnitBytes * k + 64 * s + 32 * h));
                         const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-                        isum[k] = dot(isum[k], lo, lo, word(b0 + k, s), true);
-                        isum[k + 2] = dot(isum[k + 2], hi, hi, word(b0 + k + 2, s), true);
+                        isum[k] = dot(isum[k], lo, lo, word(b0, k, s), true);
+                        isum[k + 2] = dot(isum[k + 2], hi, hi, word(b0, k + 2, s), true);
                     }
 #pragma GCC unroll 4
                 for (int k = 0; k < B; ++k) {
                     const std::int64_t b = b0 + k;
-                    const auto* scales = reinterpret_cast<const std::uint16_t*>(panel + quant::block_scales_offset(DType::Q4, b));
+                    __m256i sum = isum[k * U];
+                    if constexpr (U > 1) sum = _mm256_add_epi32(sum, isum[k * U + 1]);
+                    const auto* scales = reinterpret_cast<const std::uint16_t*>(panel + quant::block_scales_offset(DType::Q4, Block, b));
                     const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 8 * h)));
-                    const float xs = std::bit_cast<float>(act[b * 10 + 8]);
-                    acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[k]), _mm256_mul_ps(ws, _mm256_set1_ps(xs)), acc[h]);
+                    const float xs = std::bit_cast<float>(act[b * R + W]);
+                    acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, _mm256_set1_ps(xs)), acc[h]);
                 }
             }
         }
@@ -140,17 +153,25 @@ struct PanelAvx2 {
         }
     }
 
-    template <bool Q4>
+    template <bool Q4, int Block>
     static void dispatch(int count, const std::byte* panel, std::int64_t blocks, const std::int32_t* act, int n, int i,
                          PanelPrefetch pf, float* const* y, int rows) {
         switch (count) {
             case 1:
-                if (Q4 && n == 1) return pass_q4_one_token(panel, blocks, act, pf, y[0], rows);
-                return pass<Q4, 1>(panel, blocks, act, n, i, pf, y, rows);
-            case 2: return pass<Q4, 2>(panel, blocks, act, n, i, pf, y, rows);
-            case 3: return pass<Q4, 3>(panel, blocks, act, n, i, pf, y, rows);
-            default: return pass<Q4, 4>(panel, blocks, act, n, i, pf, y, rows);
+                if (Q4 && n == 1) return pass_q4_one_token<Block>(panel, blocks, act, pf, y[0], rows);
+                return pass<Q4, 1, Block>(panel, blocks, act, n, i, pf, y, rows);
+            case 2: return pass<Q4, 2, Block>(panel, blocks, act, n, i, pf, y, rows);
+            case 3: return pass<Q4, 3, Block>(panel, blocks, act, n, i, pf, y, rows);
+            default: return pass<Q4, 4, Block>(panel, blocks, act, n, i, pf, y, rows);
         }
+    }
+
+    /// dispatch for the block size `block` of the weights.
+    template <bool Q4>
+    static void dispatch(std::int64_t block, int count, const std::byte* panel, std::int64_t blocks, const std::int32_t* act, int n,
+                         int i, PanelPrefetch pf, float* const* y, int rows) {
+        if (block == 64) dispatch<Q4, 64>(count, panel, blocks, act, n, i, pf, y, rows);
+        else dispatch<Q4, 32>(count, panel, blocks, act, n, i, pf, y, rows);
     }
 };
 
@@ -170,8 +191,8 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
                 const int count = std::min(PanelAvx2::kTokens, n - i);
                 for (int t = 0; t < count; ++t) yt[t] = y.row(g0 + i + t) + n0;
                 const PanelPrefetch pf = g0 == 0 && i == 0 ? plan : PanelPrefetch{};
-                if (q4) PanelAvx2::dispatch<true>(count, w.panel(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
-                else PanelAvx2::dispatch<false>(count, w.panel(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
+                if (q4) PanelAvx2::dispatch<true>(w.block, count, w.panel(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
+                else PanelAvx2::dispatch<false>(w.block, count, w.panel(p), a.blocks, ga.group(g0), n, i, pf, yt, rows);
             }
         }
     }
