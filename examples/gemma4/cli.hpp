@@ -45,7 +45,7 @@ inline Options threads_option() { return {{"threads", "N", "worker threads (defa
 /// `--quant-block N`, taken by every command that re-encodes weights as int8 / int4 (read with
 /// quant_block).
 inline Options quant_block_option() {
-    return {{"quant-block", "N", "elements per int8/int4 scale when re-encoding: 32 or 64 (default: 64 for int8, 32 for int4)"}};
+    return {{"quant-block", "N", "elements per int8/int4 scale when re-encoding: 32 (default) or 64 (faster batches, less accurate)"}};
 }
 
 /// The options after the subcommand, checked against the command's declared `Options`: an

@@ -1,10 +1,12 @@
 // `gemma4 bench` at the tiny shapes: --weights q8_0 / q4_0 write a GGUF file, load it through the
 // GGUF loader and report the load apart from prefill and decode (and delete the file unless
 // --keep-gguf); the bytes read per decode step are labelled computed, and with --context the
-// K/V bytes read per step are counted from the cache geometry and grow with the context.
+// K/V bytes read per step are counted from the cache geometry and grow with the context;
+// --quant-block picks the int8/int4 block size (and `quantize` writes it).
 #include <catch2/catch.hpp>
 
 #include <gemma4/io/gguf.hpp>
+#include <gemma4/model/model.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
 
 #include "support/run_cli.hpp"
@@ -12,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <tuple>
@@ -180,4 +183,58 @@ TEST_CASE("bench --batch B: B sequences per step against one decoding alone, the
     const auto bad = run_cli(kTinyBench + "--weights int8 --batch 0");
     CHECK(bad.status != 0);
     CHECK(bad.err.find("--prompt-tokens, --gen-tokens and --batch must be >= 1") != std::string::npos);
+}
+
+TEST_CASE("bench --quant-block: int8/int4 in blocks of 32 (the default) or 64, named in the JSON, bad values and formats errors", "[cli][bench]") {
+    for (const std::string weights : {"int8", "int4"}) {
+        INFO(weights);
+        const nlohmann::json standard = bench_json("--weights " + weights);
+        const nlohmann::json wide = bench_json("--weights " + weights + " --quant-block 64");
+        CHECK(standard["quant_block"] == 32);
+        CHECK(wide["quant_block"] == 64);
+        // one f16 scale per block: half the scale bytes
+        CHECK(wide["weight_bytes_per_step_computed"].get<double>() < standard["weight_bytes_per_step_computed"].get<double>());
+        CHECK(bench_json("--weights " + weights + " --quant-block 32")["quant_block"] == 32);
+    }
+    CHECK(bench_json("--weights bf16")["quant_block"] == 0);
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"--weights int8 --quant-block 48", "bench: --quant-block must be 32 or 64, got '48'"},
+        {"--weights int8 --quant-block x", "bench: --quant-block expects a number, got 'x'"},
+        {"--weights bf16 --quant-block 64", "bench: --quant-block applies to --weights int8 and int4"},
+        {"--weights q8_0 --quant-block 64", "bench: --quant-block applies to --weights int8 and int4"},
+    };
+    for (const auto& [args, message] : bad) {
+        INFO(args);
+        const auto r = run_cli(kTinyBench + args);
+        CHECK(r.status != 0);
+        CHECK(r.err.find(message) != std::string::npos);
+    }
+}
+
+TEST_CASE("quantize --quant-block 64 writes blocks of 64 that generate as loaded in memory", "[cli][quantize]") {
+    const auto dir = gemma4::test::temp_dir("cli_quant_block");
+    gemma4::write_random_checkpoint(dir / "src", gemma4::tiny_config(), {.seed = 3, .dtype = gemma4::DType::BF16});
+    for (const std::string weights : {"int8", "int4"}) {
+        INFO(weights);
+        const auto out = dir / ("q_" + weights);
+        const auto r = run_cli("quantize --model " + (dir / "src").string() + " --weights " + weights + " --quant-block 64 --out " + out.string());
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const gemma4::Checkpoint ck = gemma4::load_checkpoint(out);
+        CHECK(ck.weights.layers[0].gate_proj.block == 64);
+        CHECK(ck.weights.embed_tokens.block == 64);
+        // the file, and the source re-encoded in memory at load in blocks of 64, give the same logits
+        const gemma4::WeightFormat format = weights == "int8" ? gemma4::WeightFormat::Int8 : gemma4::WeightFormat::Int4;
+        const auto from_file = gemma4::Model<float>::load(out, {.n_threads = 2});
+        const auto in_memory = gemma4::Model<float>::load(dir / "src", {.n_threads = 2}, {.format = format, .block = 64});
+        const auto standard = gemma4::Model<float>::load(dir / "src", {.n_threads = 2}, {.format = format});
+        const std::vector<std::int32_t> ids{2, 5, 9, 40};
+        const auto a = from_file.logits(ids).values, b = in_memory.logits(ids).values;
+        REQUIRE(a.size() == b.size());
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+        CHECK(standard.logits(ids).values != a);  // blocks of 32 are other weights
+    }
+    const auto bad = run_cli("quantize --model " + (dir / "src").string() + " --weights int8 --quant-block 16 --out " + (dir / "bad").string());
+    CHECK(bad.status != 0);
+    CHECK(bad.err.find("quantize: --quant-block must be 32 or 64, got '16'") != std::string::npos);
 }

@@ -206,8 +206,7 @@ TEST_CASE("quantized checkpoints round-trip through save and mmap load, in block
             const auto out = test::temp_dir("formats_out_" + tag);
             write_random_checkpoint(src, tiny_config(), {.seed = 7, .dtype = DType::BF16, .shards = 2});
             const Checkpoint q = load_checkpoint_as(src, {.format = f, .block = block});
-            // 0: the format's own (64 for int8, 32 for int4)
-            const std::int64_t want_block = block ? block : f == WeightFormat::Int8 ? 64 : 32;
+            const std::int64_t want_block = block ? block : 32;  // 0: the default
             CHECK(q.weights.layers[1].down_proj.block == want_block);
             save_checkpoint(q, out);
             const Checkpoint back = load_checkpoint(out);
@@ -273,7 +272,7 @@ TEST_CASE("inconsistent quantized checkpoints are clear errors", "[formats][erro
     const auto src = test::temp_dir("formats_err_src");
     const auto good = test::temp_dir("formats_err_good");
     write_random_checkpoint(src, tiny_config(), {.seed = 8, .dtype = DType::BF16});
-    save_checkpoint(load_checkpoint_as(src, {.format = WeightFormat::Int8}), good);
+    save_checkpoint(load_checkpoint_as(src, {.format = WeightFormat::Int8, .block = 64}), good);
     const std::string q = "model.language_model.layers.0.self_attn.q_proj.weight";
     const auto bad = test::temp_dir("formats_err_bad");
 
@@ -285,7 +284,7 @@ TEST_CASE("inconsistent quantized checkpoints are clear errors", "[formats][erro
     REQUIRE_THROWS_AS(load_checkpoint(bad), FormatError);
     REQUIRE_THROWS_WITH(load_checkpoint(bad), Catch::Contains("block_size must be '32' or '64' for int8"));
 
-    // int8 is written in blocks of 64: said to be 32, the scales have half the columns they need
+    // written in blocks of 64: said to be 32, the scales have half the columns they need
     rewrite(good, bad, [](auto&, auto& m) { m["gemma4.block_size"] = "32"; });
     REQUIRE_THROWS_AS(load_checkpoint(bad), ShapeError);
     REQUIRE_THROWS_WITH(load_checkpoint(bad), Catch::Contains("_scale' holds F16") && Catch::Contains("expected F16"));

@@ -533,6 +533,8 @@ int run(cli::Args& args) {
     args.finish();
     const auto format = parse_weight_format(weights);
     if (!format) throw InvalidArgument("serve: --weights must be int8, int4 or bf16, got '" + weights + "'");
+    if (quant_block && *format != WeightFormat::Int8 && *format != WeightFormat::Int4)
+        throw InvalidArgument("serve: --quant-block applies to --weights int8 and int4");
     if (config.port < 0 || config.port > 65535) throw InvalidArgument("serve: --port must be between 0 and 65535");
     if (engine_options.max_sequences < 1) throw InvalidArgument("serve: --parallel must be at least 1");
     if (engine_options.max_queue < 0) throw InvalidArgument("serve: --queue must be >= 0");

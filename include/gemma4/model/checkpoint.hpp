@@ -103,7 +103,7 @@ struct LoadOptions {
     /// Format of the big matrices in memory (model/quantize.hpp); AsStored: as in the files.
     WeightFormat format = WeightFormat::AsStored;
     /// Elements per scale when `format` re-encodes in int8/int4: 32 or 64, 0 for the format's
-    /// default (quant::default_block). Matrices already quantized keep theirs.
+    /// default (quant::kDefaultBlock, 32). Matrices already quantized keep theirs.
     std::int64_t block = 0;
     /// Progress of re-encoding at load (none when the checkpoint is already in `format`).
     QuantizeProgress progress{};
@@ -115,9 +115,9 @@ struct LoadOptions {
     ThreadPool* pool = nullptr;
 };
 
-/// The block size a re-encoding in Q8/Q4 `target` uses: `block`, or quant::default_block for 0.
-inline std::int64_t quant_block_for(DType target, std::int64_t block) {
-    if (block == 0) return quant::default_block(target);
+/// The block size a re-encoding in Q8/Q4 uses: `block`, or quant::kDefaultBlock for 0.
+inline std::int64_t quant_block_for(std::int64_t block) {
+    if (block == 0) return quant::kDefaultBlock;
     if (!quant::valid_block(block)) throw InvalidArgument("quant block: " + std::to_string(block) + " elements per scale; expected 32 or 64");
     return block;
 }

@@ -319,7 +319,7 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
         else if (matrix && options.format == WeightFormat::Int4) q = DType::Q4;
         if (q) {
             // Q8_0 / Q4_0 keep their 32-element blocks; a re-encoding takes the requested size
-            const std::int64_t block = t->type == GgmlType::Q8_0 || t->type == GgmlType::Q4_0 ? 32 : quant_block_for(*q, options.block);
+            const std::int64_t block = t->type == GgmlType::Q8_0 || t->type == GgmlType::Q4_0 ? 32 : quant_block_for(options.block);
             const std::int64_t rb = quant::row_bytes(*q, cols), nb = quant::blocks_per_row(cols, block);
             std::byte* codes = storage->allocate(static_cast<std::size_t>(rows * rb));
             auto* scales = reinterpret_cast<std::uint16_t*>(storage->allocate(static_cast<std::size_t>(rows * nb * 2)));

@@ -107,14 +107,14 @@ inline void matrices_to_panels(const std::vector<WeightView*>& mats, std::shared
 inline void to_panels(ModelWeights& w, ThreadPool& pool) { matrices_to_panels(big_matrices(w), w.storage, pool); }
 
 /// Re-encodes the matrices `mats` in `format` (no-op for AsStored or matrices already in it;
-/// Int8/Int4 in blocks of `block` elements, 0: quant::default_block); `storage` (the owner of the
+/// Int8/Int4 in blocks of `block` elements, 0: quant::kDefaultBlock); `storage` (the owner of the
 /// views) is replaced by one that also keeps the new buffers. Rows are converted in parallel; the
 /// double path can still read the result (it dequantizes rows exactly).
 inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_ptr<const void>& storage, WeightFormat format,
                               const QuantizeProgress& progress, ThreadPool& pool, std::int64_t block = 0) {
     if (format == WeightFormat::AsStored) return;
     const DType target = format_dtype(format);
-    const std::int64_t target_block = is_quantized(target) ? quant_block_for(target, block) : 0;
+    const std::int64_t target_block = is_quantized(target) ? quant_block_for(block) : 0;
     auto owned = std::make_shared<detail::OwnedBuffers>();
     owned->parent = storage;
     for (std::size_t i = 0; i < mats.size(); ++i) {
@@ -180,6 +180,7 @@ inline void quantize_weights(ModelWeights& w, WeightFormat format, const Quantiz
 /// load_checkpoint, then the big matrices re-encoded in `options.format` (a checkpoint already
 /// in that format is only mapped), both on `options.pool` or on one pool of `options.n_threads`.
 inline Checkpoint load_checkpoint_as(const std::filesystem::path& dir, const LoadOptions& options = {}) {
+    quant_block_for(options.block);  // a bad block size is an error whatever the format
     const detail::LoadPool pool(options);  // one pool for the whole load: a GGUF file's conversion and the re-encoding
     LoadOptions on_pool = options;
     on_pool.pool = &*pool;

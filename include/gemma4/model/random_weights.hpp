@@ -24,14 +24,14 @@ namespace gemma4 {
 inline namespace GEMMA4_ABI {
 
 /// Weights of `c` with random values: the text decoder's generated directly in `format` (BF16,
-/// Int8 or Int4, in blocks of `block` elements, 0: quant::default_block), the image and audio
+/// Int8 or Int4, in blocks of `block` elements, 0: quant::kDefaultBlock), the image and audio
 /// embedders' (when `c` has them) in bf16; matrices ~ uniform with unit-variance outputs, norms
 /// ≈ 1. Fast (a cheap generator per thread), for benchmarks at full size without a file.
 inline ModelWeights random_weights(const Gemma4Config& c, WeightFormat format, std::uint64_t seed = 1, unsigned n_threads = 0,
                                    std::int64_t block = 0) {
     if (format == WeightFormat::AsStored) format = WeightFormat::BF16;
     const DType target = format_dtype(format);
-    const std::int64_t qblock = is_quantized(target) ? quant_block_for(target, block) : 0;
+    const std::int64_t qblock = is_quantized(target) ? quant_block_for(block) : 0;
     ModelWeights w;
     auto owned = std::make_shared<detail::OwnedBuffers>();
     ThreadPool pool(n_threads);

@@ -50,16 +50,17 @@ constexpr bool is_quantized(DType t) { return t == DType::Q8 || t == DType::Q4; 
 
 namespace quant {
 
-/// Elements per scale: 32 (GGUF's Q8_0 / Q4_0, kept as they are) or 64. A 64-element block
-/// halves the per-block work of a product — one int32 sum, one convert and one multiply-add per
-/// token per 64 weights instead of per 32 — which bounds batched decode without AMX
-/// (docs/performance.md), for a scale that covers twice the values (docs/checkpoint-formats.md).
+/// Elements per scale: 32 (the default, and GGUF's Q8_0 / Q4_0) or 64. A 64-element block halves
+/// the per-block work of a product — one int32 sum, one convert and two float operations per
+/// token per 64 weights instead of per 32 — which bounds batched decode without AMX, for a scale
+/// (of the weights and of the activations) that covers twice the values: measured in
+/// docs/checkpoint-formats.md ("Q8 and Q4 blocks").
 inline constexpr std::int64_t kUnit = 32;       ///< the smallest block, and the code layout's unit
 inline constexpr std::int64_t kRowAlign = 128;  ///< rows padded to this many elements
 constexpr bool valid_block(std::int64_t block) { return block == 32 || block == 64; }
-/// The block the load-time quantizer uses when none is asked for: 64 for Q8, whose 8-bit codes
-/// make the wider scale cost little; 32 for Q4, whose 4-bit codes make it cost more.
-constexpr std::int64_t default_block(DType t) { return t == DType::Q4 ? 32 : 64; }
+/// The block the load-time quantizer uses when none is asked for: 32, the more accurate, for
+/// both formats (blocks of 64 are asked for by name).
+inline constexpr std::int64_t kDefaultBlock = 32;
 inline constexpr int kQ8Max = 127;              ///< symmetric: codes in [-127, 127]
 inline constexpr int kQ4Offset = 8;             ///< nibble q holds the value (q - 8) · scale
 inline constexpr int kQ4Max = 7;                ///< scale = max|w| / 7, codes in [-7, 7] (+8)
