@@ -133,120 +133,120 @@ TEST_CASE("the double path dequantizes quantized weights exactly", "[formats]") 
     const auto ms = big_matrices(sw);
     for (WeightFormat f : {WeightFormat::Int8, WeightFormat::Int4})
         for (std::int64_t block : {32, 64}) {
-        INFO(weight_format_name(f) << " block " << block);
-        const Checkpoint q = load_checkpoint_as(dir, {.format = f, .block = block});
-        // Every element the double path reads from a quantized matrix equals code × scale
-        // worked out from the source value; the same model with its matrices replaced by those
-        // values (f64) then gives the same logits.
-        Checkpoint exact = q;
-        ModelWeights qw = q.weights;
-        const auto mq = big_matrices(qw), me = big_matrices(exact.weights);
-        REQUIRE(mq.size() == me.size());
-        REQUIRE(mq.size() == ms.size());
-        std::deque<std::vector<double>> values;
-        std::int64_t checked = 0, wrong = 0, nonzero = 0;
-        for (std::size_t i = 0; i < mq.size(); ++i) {
-            const WeightView& v = *mq[i];
-            const WeightView& s = *ms[i];
-            INFO(v.name);
-            REQUIRE(v.dtype == format_dtype(f));
-            REQUIRE(s.dtype == DType::BF16);
-            REQUIRE(v.shape == s.shape);
-            const std::int64_t rows = v.rows(), cols = v.cols();
-            auto& out = values.emplace_back(static_cast<std::size_t>(rows * cols));
-            std::vector<float> x(static_cast<std::size_t>(cols));
-            std::vector<double> got(static_cast<std::size_t>(cols));
-            for (std::int64_t r = 0; r < rows; ++r) {
-                for (std::int64_t c = 0; c < cols; ++c) x[static_cast<std::size_t>(c)] = s.at<float>(r * cols + c);
-                REQUIRE(v.block == block);
-                const std::vector<double> want = expected_quantized_row(v.dtype, static_cast<std::size_t>(block), x);
-                detail::load_row<double>(v, r, got.data());
-                for (std::int64_t c = 0; c < cols; ++c) {
-                    const auto k = static_cast<std::size_t>(c);
-                    if (got[k] != want[k] && wrong++ < 5)
-                        FAIL_CHECK(v.name << " [" << r << ", " << c << "]: " << got[k] << ", expected " << want[k] << " (source " << x[k] << ")");
-                    nonzero += want[k] != 0;
-                    ++checked;
-                    out[static_cast<std::size_t>(r * cols) + k] = want[k];
+            INFO(weight_format_name(f) << " block " << block);
+            const Checkpoint q = load_checkpoint_as(dir, {.format = f, .block = block});
+            // Every element the double path reads from a quantized matrix equals code × scale
+            // worked out from the source value; the same model with its matrices replaced by those
+            // values (f64) then gives the same logits.
+            Checkpoint exact = q;
+            ModelWeights qw = q.weights;
+            const auto mq = big_matrices(qw), me = big_matrices(exact.weights);
+            REQUIRE(mq.size() == me.size());
+            REQUIRE(mq.size() == ms.size());
+            std::deque<std::vector<double>> values;
+            std::int64_t checked = 0, wrong = 0, nonzero = 0;
+            for (std::size_t i = 0; i < mq.size(); ++i) {
+                const WeightView& v = *mq[i];
+                const WeightView& s = *ms[i];
+                INFO(v.name);
+                REQUIRE(v.dtype == format_dtype(f));
+                REQUIRE(s.dtype == DType::BF16);
+                REQUIRE(v.shape == s.shape);
+                const std::int64_t rows = v.rows(), cols = v.cols();
+                auto& out = values.emplace_back(static_cast<std::size_t>(rows * cols));
+                std::vector<float> x(static_cast<std::size_t>(cols));
+                std::vector<double> got(static_cast<std::size_t>(cols));
+                for (std::int64_t r = 0; r < rows; ++r) {
+                    for (std::int64_t c = 0; c < cols; ++c) x[static_cast<std::size_t>(c)] = s.at<float>(r * cols + c);
+                    REQUIRE(v.block == block);
+                    const std::vector<double> want = expected_quantized_row(v.dtype, static_cast<std::size_t>(block), x);
+                    detail::load_row<double>(v, r, got.data());
+                    for (std::int64_t c = 0; c < cols; ++c) {
+                        const auto k = static_cast<std::size_t>(c);
+                        if (got[k] != want[k] && wrong++ < 5)
+                            FAIL_CHECK(v.name << " [" << r << ", " << c << "]: " << got[k] << ", expected " << want[k] << " (source " << x[k] << ")");
+                        nonzero += want[k] != 0;
+                        ++checked;
+                        out[static_cast<std::size_t>(r * cols) + k] = want[k];
+                    }
                 }
+                WeightView& e = *me[i];
+                e.dtype = DType::F64;
+                e.data = reinterpret_cast<const std::byte*>(out.data());
+                e.size_bytes = out.size() * sizeof(double);
+                e.scales = nullptr;
             }
-            WeightView& e = *me[i];
-            e.dtype = DType::F64;
-            e.data = reinterpret_cast<const std::byte*>(out.data());
-            e.size_bytes = out.size() * sizeof(double);
-            e.scales = nullptr;
+            std::int64_t elements = 0;
+            for (const WeightView* v : ms) elements += v->numel();
+            CHECK(checked == elements);
+            CHECK(wrong == 0);
+            CHECK(nonzero > checked / 2);
+            const Model<double> quantized(q, ModelOptions{1}), reference(exact, ModelOptions{1});
+            CHECK(quantized.embed_scale() == 8.0);  // √64, rounded to the original bf16
+            const std::vector<std::int32_t> ids{1, 2, 3, 17, 5};
+            const auto a = quantized.logits(ids), b = reference.logits(ids);
+            REQUIRE(a.values.size() == b.values.size());
+            REQUIRE(a.rows == 5);
+            double worst = 0, largest = 0;
+            for (std::size_t i = 0; i < a.values.size(); ++i) {
+                worst = std::max(worst, std::fabs(a.values[i] - b.values[i]));
+                largest = std::max(largest, std::fabs(b.values[i]));
+            }
+            CHECK(largest > 0);
+            CHECK(worst <= 1e-12 * largest);
         }
-        std::int64_t elements = 0;
-        for (const WeightView* v : ms) elements += v->numel();
-        CHECK(checked == elements);
-        CHECK(wrong == 0);
-        CHECK(nonzero > checked / 2);
-        const Model<double> quantized(q, ModelOptions{1}), reference(exact, ModelOptions{1});
-        CHECK(quantized.embed_scale() == 8.0);  // √64, rounded to the original bf16
-        const std::vector<std::int32_t> ids{1, 2, 3, 17, 5};
-        const auto a = quantized.logits(ids), b = reference.logits(ids);
-        REQUIRE(a.values.size() == b.values.size());
-        REQUIRE(a.rows == 5);
-        double worst = 0, largest = 0;
-        for (std::size_t i = 0; i < a.values.size(); ++i) {
-            worst = std::max(worst, std::fabs(a.values[i] - b.values[i]));
-            largest = std::max(largest, std::fabs(b.values[i]));
-        }
-        CHECK(largest > 0);
-        CHECK(worst <= 1e-12 * largest);
-    }
 }
 
 TEST_CASE("quantized checkpoints round-trip through save and mmap load, in blocks of 32 and 64", "[formats][io]") {
     for (WeightFormat f : {WeightFormat::Int8, WeightFormat::Int4})
         for (std::int64_t block : {0, 32, 64})
-        DYNAMIC_SECTION(weight_format_name(f) << " block " << block) {
-            const std::string tag = std::string(weight_format_name(f)) + "_" + std::to_string(block);
-            const auto src = test::temp_dir("formats_src_" + tag);
-            const auto out = test::temp_dir("formats_out_" + tag);
-            write_random_checkpoint(src, tiny_config(), {.seed = 7, .dtype = DType::BF16, .shards = 2});
-            const Checkpoint q = load_checkpoint_as(src, {.format = f, .block = block});
-            const std::int64_t want_block = block ? block : 32;  // 0: the default
-            CHECK(q.weights.layers[1].down_proj.block == want_block);
-            save_checkpoint(q, out);
-            const Checkpoint back = load_checkpoint(out);
-            CHECK(back.weights.layers[1].down_proj.dtype == format_dtype(f));
-            CHECK(back.weights.layers[1].down_proj.block == want_block);
-            CHECK(SafetensorsFile(out / "model.safetensors").metadata().at("gemma4.block_size") == std::to_string(want_block));
-            ModelWeights a = q.weights, b = back.weights;
-            const auto ma = big_matrices(a), mb = big_matrices(b);
-            REQUIRE(ma.size() == mb.size());
-            for (std::size_t i = 0; i < ma.size(); ++i) {
-                INFO(ma[i]->name);
-                // in memory as panels, in the file as rows: the same rows either way
-                CHECK(ma[i]->layout == WeightView::Layout::Panels);
-                CHECK(mb[i]->layout == WeightView::Layout::Rows);
-                REQUIRE(mb[i]->size_bytes == static_cast<std::size_t>(mb[i]->rows() * quant::row_bytes(mb[i]->dtype, mb[i]->cols())));
-                const std::int64_t rb = quant::row_bytes(ma[i]->dtype, ma[i]->cols()), nb = quant::blocks_per_row(ma[i]->cols(), want_block);
-                std::vector<std::byte> ca(static_cast<std::size_t>(rb)), cb(ca.size());
-                std::vector<std::uint16_t> sa(static_cast<std::size_t>(nb)), sb(sa.size());
-                std::int64_t differ = 0;
-                for (std::int64_t r = 0; r < ma[i]->rows(); ++r) {
-                    ma[i]->quant_row(r, ca.data(), sa.data());
-                    mb[i]->quant_row(r, cb.data(), sb.data());
-                    differ += ca != cb || sa != sb;
+            DYNAMIC_SECTION(weight_format_name(f) << " block " << block) {
+                const std::string tag = std::string(weight_format_name(f)) + "_" + std::to_string(block);
+                const auto src = test::temp_dir("formats_src_" + tag);
+                const auto out = test::temp_dir("formats_out_" + tag);
+                write_random_checkpoint(src, tiny_config(), {.seed = 7, .dtype = DType::BF16, .shards = 2});
+                const Checkpoint q = load_checkpoint_as(src, {.format = f, .block = block});
+                const std::int64_t want_block = block ? block : 32;  // 0: the default
+                CHECK(q.weights.layers[1].down_proj.block == want_block);
+                save_checkpoint(q, out);
+                const Checkpoint back = load_checkpoint(out);
+                CHECK(back.weights.layers[1].down_proj.dtype == format_dtype(f));
+                CHECK(back.weights.layers[1].down_proj.block == want_block);
+                CHECK(SafetensorsFile(out / "model.safetensors").metadata().at("gemma4.block_size") == std::to_string(want_block));
+                ModelWeights a = q.weights, b = back.weights;
+                const auto ma = big_matrices(a), mb = big_matrices(b);
+                REQUIRE(ma.size() == mb.size());
+                for (std::size_t i = 0; i < ma.size(); ++i) {
+                    INFO(ma[i]->name);
+                    // in memory as panels, in the file as rows: the same rows either way
+                    CHECK(ma[i]->layout == WeightView::Layout::Panels);
+                    CHECK(mb[i]->layout == WeightView::Layout::Rows);
+                    REQUIRE(mb[i]->size_bytes == static_cast<std::size_t>(mb[i]->rows() * quant::row_bytes(mb[i]->dtype, mb[i]->cols())));
+                    const std::int64_t rb = quant::row_bytes(ma[i]->dtype, ma[i]->cols()), nb = quant::blocks_per_row(ma[i]->cols(), want_block);
+                    std::vector<std::byte> ca(static_cast<std::size_t>(rb)), cb(ca.size());
+                    std::vector<std::uint16_t> sa(static_cast<std::size_t>(nb)), sb(sa.size());
+                    std::int64_t differ = 0;
+                    for (std::int64_t r = 0; r < ma[i]->rows(); ++r) {
+                        ma[i]->quant_row(r, ca.data(), sa.data());
+                        mb[i]->quant_row(r, cb.data(), sb.data());
+                        differ += ca != cb || sa != sb;
+                    }
+                    CHECK(differ == 0);
+                    CHECK(mb[i]->origin == DType::BF16);
                 }
-                CHECK(differ == 0);
-                CHECK(mb[i]->origin == DType::BF16);
+                // loading with the stored format converts nothing: the views point into the mapping
+                // (the model re-lays them as panels)
+                const Checkpoint again = load_checkpoint_as(out, {.format = f});
+                CHECK(again.weights.layers[0].q_proj.layout == WeightView::Layout::Rows);
+                CHECK(again.weights.layers[0].q_proj.dtype == format_dtype(f));
+                const std::vector<std::int32_t> ids{5, 9, 200, 31, 7};
+                const Model<float> m1(q, ModelOptions{2});
+                const Model<float> m2 = Model<float>::load(out, ModelOptions{1});
+                CHECK(m2.weights().layers[0].q_proj.layout == WeightView::Layout::Panels);
+                const auto l1 = m1.logits(ids), l2 = m2.logits(ids);
+                REQUIRE(l1.values.size() == l2.values.size());
+                CHECK(std::memcmp(l1.values.data(), l2.values.data(), l1.values.size() * sizeof(float)) == 0);
             }
-            // loading with the stored format converts nothing: the views point into the mapping
-            // (the model re-lays them as panels)
-            const Checkpoint again = load_checkpoint_as(out, {.format = f});
-            CHECK(again.weights.layers[0].q_proj.layout == WeightView::Layout::Rows);
-            CHECK(again.weights.layers[0].q_proj.dtype == format_dtype(f));
-            const std::vector<std::int32_t> ids{5, 9, 200, 31, 7};
-            const Model<float> m1(q, ModelOptions{2});
-            const Model<float> m2 = Model<float>::load(out, ModelOptions{1});
-            CHECK(m2.weights().layers[0].q_proj.layout == WeightView::Layout::Panels);
-            const auto l1 = m1.logits(ids), l2 = m2.logits(ids);
-            REQUIRE(l1.values.size() == l2.values.size());
-            CHECK(std::memcmp(l1.values.data(), l2.values.data(), l1.values.size() * sizeof(float)) == 0);
-        }
 }
 
 namespace {
@@ -319,42 +319,43 @@ TEST_CASE("a batch of quantized decodes equals each sequence decoding alone, bit
     const auto dir = test::temp_dir("formats_batch");
     const Gemma4Config c = test::small_model_config();
     write_random_checkpoint(dir, c, {.seed = 9, .dtype = DType::BF16});
-    for (WeightFormat format : {WeightFormat::Int8, WeightFormat::Int4}) {
-        DYNAMIC_SECTION(weight_format_name(format)) {
-            const Model<float> m = Model<float>::load(dir, ModelOptions{2}, LoadOptions{.format = format});
-            constexpr int kSeqs = 12, kSteps = 3;
-            KVCache<float> batched = m.make_cache(), alone = m.make_cache();
-            std::vector<SeqId> bs, as;
-            std::vector<std::vector<std::int32_t>> next(kSeqs);
-            std::uint32_t s = 77;
-            auto token = [&] {
-                s = s * 1664525u + 1013904223u;
-                return static_cast<std::int32_t>((s >> 8) % static_cast<std::uint32_t>(c.vocab_size));
-            };
-            for (int i = 0; i < kSeqs; ++i) {  // ragged prompts, some past the sliding window
-                std::vector<std::int32_t> prompt(static_cast<std::size_t>(3 + 2 * i));
-                for (auto& id : prompt) id = token();
-                bs.push_back(batched.add_sequence());
-                as.push_back(alone.add_sequence());
-                m.forward(prompt, batched, bs.back(), LogitsMode::Last);
-                m.forward(prompt, alone, as.back(), LogitsMode::Last);
-                for (int k = 0; k < kSteps; ++k) next[static_cast<std::size_t>(i)].push_back(token());
-            }
-            for (int step = 0; step < kSteps; ++step) {
-                std::vector<SequenceChunk> batch;
-                for (int i = 0; i < kSeqs; ++i)
-                    batch.push_back({bs[static_cast<std::size_t>(i)], std::span<const std::int32_t>(next[static_cast<std::size_t>(i)]).subspan(static_cast<std::size_t>(step), 1)});
-                const Logits<float> together = m.forward(batch, batched);
-                REQUIRE(together.rows == kSeqs);
-                for (int i = 0; i < kSeqs; ++i) {
-                    INFO("step " << step << " sequence " << i);
-                    const Logits<float> one = m.forward(std::span<const std::int32_t>(next[static_cast<std::size_t>(i)]).subspan(static_cast<std::size_t>(step), 1),
-                                                        alone, as[static_cast<std::size_t>(i)]);
-                    const auto a = together.row(i), b = one.row(0);
-                    REQUIRE(a.size() == b.size());
-                    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    for (WeightFormat format : {WeightFormat::Int8, WeightFormat::Int4})
+        for (std::int64_t block : {32, 64}) {
+            DYNAMIC_SECTION(weight_format_name(format) << " block " << block) {
+                const Model<float> m = Model<float>::load(dir, ModelOptions{2}, LoadOptions{.format = format, .block = block});
+                constexpr int kSeqs = 12, kSteps = 3;
+                KVCache<float> batched = m.make_cache(), alone = m.make_cache();
+                std::vector<SeqId> bs, as;
+                std::vector<std::vector<std::int32_t>> next(kSeqs);
+                std::uint32_t s = 77;
+                auto token = [&] {
+                    s = s * 1664525u + 1013904223u;
+                    return static_cast<std::int32_t>((s >> 8) % static_cast<std::uint32_t>(c.vocab_size));
+                };
+                for (int i = 0; i < kSeqs; ++i) {  // ragged prompts, some past the sliding window
+                    std::vector<std::int32_t> prompt(static_cast<std::size_t>(3 + 2 * i));
+                    for (auto& id : prompt) id = token();
+                    bs.push_back(batched.add_sequence());
+                    as.push_back(alone.add_sequence());
+                    m.forward(prompt, batched, bs.back(), LogitsMode::Last);
+                    m.forward(prompt, alone, as.back(), LogitsMode::Last);
+                    for (int k = 0; k < kSteps; ++k) next[static_cast<std::size_t>(i)].push_back(token());
+                }
+                for (int step = 0; step < kSteps; ++step) {
+                    std::vector<SequenceChunk> batch;
+                    for (int i = 0; i < kSeqs; ++i)
+                        batch.push_back({bs[static_cast<std::size_t>(i)], std::span<const std::int32_t>(next[static_cast<std::size_t>(i)]).subspan(static_cast<std::size_t>(step), 1)});
+                    const Logits<float> together = m.forward(batch, batched);
+                    REQUIRE(together.rows == kSeqs);
+                    for (int i = 0; i < kSeqs; ++i) {
+                        INFO("step " << step << " sequence " << i);
+                        const Logits<float> one = m.forward(std::span<const std::int32_t>(next[static_cast<std::size_t>(i)]).subspan(static_cast<std::size_t>(step), 1),
+                                                            alone, as[static_cast<std::size_t>(i)]);
+                        const auto a = together.row(i), b = one.row(0);
+                        REQUIRE(a.size() == b.size());
+                        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+                    }
                 }
             }
-        }
     }
 }

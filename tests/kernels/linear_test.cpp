@@ -315,18 +315,18 @@ TEST_CASE("linear on weights held as rows equals linear on panels", "[kernels][l
     ThreadPool pool(2);
     for (DType dtype : {DType::Q8, DType::Q4})
         for (std::int64_t block : kBlocks) {
-        const std::int64_t N = 21, K = 200, T = 5;
-        INFO(describe(dtype, N, K, T, block));
-        const TestWeight rows = make_weight(dtype, N, K, 4, WeightView::Layout::Rows, block),
-                         panels = make_weight(dtype, N, K, 4, WeightView::Layout::Panels, block);
-        const auto x = make_x(T, K, 5);
-        Guarded a(T, N), b(T, N);
-        linear<float>(rows.view, {x.data(), K}, a.rows(), T, pool);
-        linear<float>(panels.view, {x.data(), K}, b.rows(), T, pool);
-        REQUIRE(a.guards_intact());
-        REQUIRE(b.guards_intact());
-        check_same_sums(rows, x, a, b, T, N, K);
-    }
+            const std::int64_t N = 21, K = 200, T = 5;
+            INFO(describe(dtype, N, K, T, block));
+            const TestWeight rows = make_weight(dtype, N, K, 4, WeightView::Layout::Rows, block),
+                             panels = make_weight(dtype, N, K, 4, WeightView::Layout::Panels, block);
+            const auto x = make_x(T, K, 5);
+            Guarded a(T, N), b(T, N);
+            linear<float>(rows.view, {x.data(), K}, a.rows(), T, pool);
+            linear<float>(panels.view, {x.data(), K}, b.rows(), T, pool);
+            REQUIRE(a.guards_intact());
+            REQUIRE(b.guards_intact());
+            check_same_sums(rows, x, a, b, T, N, K);
+        }
 }
 
 namespace {
@@ -339,17 +339,17 @@ void compare_kernels(detail::QuantKernel a, detail::QuantKernel b, std::initiali
     for (DType dtype : {DType::Q8, DType::Q4})
         for (std::int64_t block : kBlocks)
             for (auto [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{5, 31}, {19, 385}, {8, 3840}, {40, 256}})
-            for (std::int64_t T : token_counts) {
-                INFO(describe(dtype, N, K, T, block) << " kernels " << detail::quant_kernel_name(a) << " vs " << detail::quant_kernel_name(b));
-                const TestWeight w = make_weight(dtype, N, K, 8, WeightView::Layout::Panels, block);
-                const auto x = make_x(T, K, 6);
-                Guarded ya(T, N), yb(T, N);
-                detail::linear_quant(w.view, {x.data(), K}, ya.rows(), T, pool, a);
-                detail::linear_quant(w.view, {x.data(), K}, yb.rows(), T, pool, b);
-                REQUIRE(ya.guards_intact());
-                REQUIRE(yb.guards_intact());
-                check(w, x, ya, yb, T, N, K);
-            }
+                for (std::int64_t T : token_counts) {
+                    INFO(describe(dtype, N, K, T, block) << " kernels " << detail::quant_kernel_name(a) << " vs " << detail::quant_kernel_name(b));
+                    const TestWeight w = make_weight(dtype, N, K, 8, WeightView::Layout::Panels, block);
+                    const auto x = make_x(T, K, 6);
+                    Guarded ya(T, N), yb(T, N);
+                    detail::linear_quant(w.view, {x.data(), K}, ya.rows(), T, pool, a);
+                    detail::linear_quant(w.view, {x.data(), K}, yb.rows(), T, pool, b);
+                    REQUIRE(ya.guards_intact());
+                    REQUIRE(yb.guards_intact());
+                    check(w, x, ya, yb, T, N, K);
+                }
 }
 
 /// y = x·wᵀ for bf16 weights at `level` against the baseline (xsimd) kernel, on the shapes of
