@@ -7,7 +7,9 @@
 #include <gemma4/model/quantize.hpp>
 #include <gemma4/model/save_checkpoint.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
+#include <gemma4/model/random_weights.hpp>
 
+#include "support/message_matcher.hpp"
 #include "support/temp_dir.hpp"
 
 #include <algorithm>
@@ -267,6 +269,19 @@ void rewrite(const std::filesystem::path& from, const std::filesystem::path& to,
 }
 
 }  // namespace
+
+TEST_CASE("a block size other than 32 or 64 is refused by name, whatever the format", "[formats][errors]") {
+    const auto src = test::temp_dir("formats_bad_block");
+    write_random_checkpoint(src, tiny_config(), {.seed = 8, .dtype = DType::BF16});
+    for (const WeightFormat f : {WeightFormat::Int8, WeightFormat::Int4, WeightFormat::AsStored, WeightFormat::BF16}) {
+        INFO(weight_format_name(f));
+        CHECK_THROWS_MATCHES(load_checkpoint_as(src, {.format = f, .block = 48}), InvalidArgument,
+                             test::Has("quant block: 48 elements per scale; expected 32 or 64"));
+    }
+    CHECK_THROWS_MATCHES(random_weights(tiny_config(), WeightFormat::Int4, 1, 2, 16), InvalidArgument,
+                         test::Has("quant block: 16 elements per scale; expected 32 or 64"));
+    CHECK(random_weights(tiny_config(), WeightFormat::Int4, 1, 2, 64).layers[0].up_proj.block == 64);
+}
 
 TEST_CASE("inconsistent quantized checkpoints are clear errors", "[formats][errors]") {
     const auto src = test::temp_dir("formats_err_src");
