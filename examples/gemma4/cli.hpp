@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gemma4/error.hpp>
+#include <gemma4/tensor/quant.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -144,7 +145,7 @@ public:
         const auto v = get("quant-block");
         if (!v) return 0;
         const auto block = parse_number<std::int64_t>("quant-block", *v);
-        if (block != 32 && block != 64) throw InvalidArgument(command_ + ": --quant-block must be 32 or 64, got '" + *v + "'");
+        if (!quant::valid_block(block)) throw InvalidArgument(command_ + ": --quant-block must be 32 or 64, got '" + *v + "'");
         return block;
     }
 
