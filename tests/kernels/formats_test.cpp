@@ -283,6 +283,16 @@ TEST_CASE("a block size other than 32 or 64 is refused by name, whatever the for
     CHECK(random_weights(tiny_config(), WeightFormat::Int4, 1, 2, 64).layers[0].up_proj.block == 64);
 }
 
+TEST_CASE("a checkpoint holds one block size: matrices of two are refused at save, naming one", "[formats][errors]") {
+    const auto src = test::temp_dir("formats_mixed_blocks");
+    write_random_checkpoint(src, tiny_config(), {.seed = 8, .dtype = DType::BF16});
+    const Checkpoint narrow = load_checkpoint_as(src, {.format = WeightFormat::Int8, .block = 32});
+    Checkpoint mixed = load_checkpoint_as(src, {.format = WeightFormat::Int8, .block = 64});
+    mixed.weights.layers[1].up_proj = narrow.weights.layers[1].up_proj;  // `narrow` keeps its bytes alive
+    CHECK_THROWS_MATCHES(save_checkpoint(mixed, test::temp_dir("formats_mixed_blocks_out")), InvalidArgument,
+                         test::Has("save_tensors: matrices of mixed quantized formats or block sizes ('model.language_model.layers.1.mlp.up_proj.weight')"));
+}
+
 TEST_CASE("inconsistent quantized checkpoints are clear errors", "[formats][errors]") {
     const auto src = test::temp_dir("formats_err_src");
     const auto good = test::temp_dir("formats_err_good");

@@ -608,3 +608,20 @@ TEST_CASE("serve: model output the tokenizer cannot decode is the server's error
     CHECK(http(port, "POST", "/tokenize", R"({"content":"the cat"})").status == 200);
     wait_until_idle(port);
 }
+
+TEST_CASE("serve --quant-block: 32 or 64 with --weights int8|int4, refused otherwise at start-up", "[server]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"--weights int8 --quant-block 48", "serve: --quant-block must be 32 or 64, got '48'"},
+        {"--weights bf16 --quant-block 64", "serve: --quant-block applies to --weights int8 and int4"},
+        {"--quant-block 64", "serve: --quant-block applies to --weights int8 and int4"},  // as stored
+    };
+    for (const auto& [args, message] : bad) {
+        INFO(args);
+        const auto r = run_cli("serve --model " + tiny_model().string() + " --port 0 " + args);
+        CHECK(r.status == 1);
+        CHECK(r.err.find(message) != std::string::npos);
+    }
+}
