@@ -9,6 +9,8 @@
 #include <gemma4/model/random_checkpoint.hpp>
 #include <gemma4/model/random_weights.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "support/message_matcher.hpp"
 #include "support/temp_dir.hpp"
 
@@ -17,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 
 #include "kernels/kernel_test_support.hpp"
 
@@ -268,7 +271,54 @@ void rewrite(const std::filesystem::path& from, const std::filesystem::path& to,
     write_safetensors(to / "model.safetensors", refs, meta);
 }
 
+/// Splits `from`'s model.safetensors into two shards in `to`, listed in an index, the second
+/// shard's metadata edited by `edit`.
+void shard_in_two(const std::filesystem::path& from, const std::filesystem::path& to,
+                  const std::function<void(std::map<std::string, std::string>&)>& edit) {
+    std::filesystem::remove_all(to);
+    std::filesystem::create_directories(to);
+    std::filesystem::copy_file(from / "config.json", to / "config.json");
+    SafetensorsFile f(from / "model.safetensors");
+    std::vector<TensorRef> shards[2];
+    nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+    const char* names[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    std::size_t i = 0;
+    for (const auto& [name, e] : f.entries()) {
+        const WeightView v = f.view(name);
+        const std::size_t k = i++ < f.entries().size() / 2 ? 0 : 1;
+        shards[k].push_back({name, e.dtype, e.shape, v.data, v.size_bytes});
+        index["weight_map"][name] = names[k];
+    }
+    auto second = f.metadata();
+    edit(second);
+    write_safetensors(to / names[0], shards[0], f.metadata());
+    write_safetensors(to / names[1], shards[1], second);
+    std::ofstream(to / "model.safetensors.index.json") << index.dump();
+}
+
 }  // namespace
+
+TEST_CASE("the shards of a quantized checkpoint must agree on its format and block size", "[formats][errors]") {
+    const auto src = test::temp_dir("formats_shards_src");
+    const auto good = test::temp_dir("formats_shards_good");
+    const auto split = test::temp_dir("formats_shards_split");
+    write_random_checkpoint(src, tiny_config(), {.seed = 8, .dtype = DType::BF16});
+    save_checkpoint(load_checkpoint_as(src, {.format = WeightFormat::Int8, .block = 64}), good);
+
+    shard_in_two(good, split, [](auto&) {});  // agreeing shards load as the single file does
+    const Checkpoint whole = load_checkpoint(good), sharded = load_checkpoint(split);
+    CHECK(sharded.weights.layers[1].up_proj.block == 64);
+    const WeightView a = whole.weights.layers[1].up_proj, b = sharded.weights.layers[1].up_proj;
+    REQUIRE(a.size_bytes == b.size_bytes);
+    CHECK(std::memcmp(a.data, b.data, a.size_bytes) == 0);
+
+    shard_in_two(good, split, [](auto& m) { m["gemma4.block_size"] = "32"; });
+    CHECK_THROWS_MATCHES(load_checkpoint(split), FormatError,
+                         test::Has("model-00002-of-00002.safetensors: __metadata__.gemma4.block_size differs between shards"));
+    shard_in_two(good, split, [](auto& m) { m["gemma4.weight_format"] = "int4"; });
+    CHECK_THROWS_MATCHES(load_checkpoint(split), FormatError,
+                         test::Has("model-00002-of-00002.safetensors: __metadata__.gemma4.weight_format differs between shards"));
+}
 
 TEST_CASE("a block size other than 32 or 64 is refused by name, whatever the format", "[formats][errors]") {
     const auto src = test::temp_dir("formats_bad_block");

@@ -131,7 +131,9 @@ inline Isa level_of(const CpuFeatures& f) {
 inline std::string missing_features(const CpuFeatures& f, Isa level) {
     std::string m;
     auto need = [&](bool have, const char* name) {
-        if (!have) m += (m.empty() ? "" : " ") + std::string(name);
+        if (have) return;
+        if (!m.empty()) m += ' ';
+        m += name;  // appended, not `"" + std::string(name)`: that trips GCC 12's -Wrestrict at -O3
     };
     if (level >= Isa::Avx2) {
         need(f.os_avx, "avx(os)");

@@ -46,3 +46,23 @@
 #define GEMMA4_TARGET_AVX512_BEGIN GEMMA4_DETAIL_TARGET_BEGIN(GEMMA4_DETAIL_ISA_AVX512)
 /// AVX-512 VNNI + AMX tiles (Sapphire Rapids and later).
 #define GEMMA4_TARGET_AMX_BEGIN GEMMA4_DETAIL_TARGET_BEGIN(GEMMA4_DETAIL_ISA_AMX)
+
+// Compiling the quantized kernels once per program. Header-only by default: each translation
+// unit that runs a model compiles the Q8/Q4 passes of every level, about 14 s of g++ -O2 apiece.
+// A program of several such translation units can compile them once instead: define
+// GEMMA4_SEPARATE_KERNELS in all of them, and GEMMA4_KERNELS_IMPLEMENTATION as well in exactly
+// one, which includes <gemma4/gemma4.hpp> (or kernels/linear_quant.hpp). The others then see
+// each level's entry point (its `panels`) declared only. All of them must be built with the same
+// -m flags: the entry points live in the ABI namespace of those flags (abi.hpp), so a mismatch
+// is an undefined symbol at link time.
+#if defined(GEMMA4_SEPARATE_KERNELS)
+#define GEMMA4_KERNEL_ENTRY
+#if defined(GEMMA4_KERNELS_IMPLEMENTATION)
+#define GEMMA4_KERNEL_BODIES 1
+#else
+#define GEMMA4_KERNEL_BODIES 0
+#endif
+#else
+#define GEMMA4_KERNEL_ENTRY inline
+#define GEMMA4_KERNEL_BODIES 1
+#endif

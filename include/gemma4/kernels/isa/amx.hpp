@@ -248,7 +248,8 @@ struct PanelAmx {
 
 /// Panels [p0, p1) of w for all tokens: the groups of tokens before `vnni_from` take the AMX
 /// pass (`tiles` holds their activations), the others the AVX-512 VNNI pass (`ga`).
-inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, const PanelAmx::TileActs& tiles,
+#if GEMMA4_KERNEL_BODIES
+GEMMA4_KERNEL_ENTRY void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, const PanelAmx::TileActs& tiles,
                    std::int64_t vnni_from, std::int64_t p0, std::int64_t p1, Rows<float> y) {
     constexpr int P = PanelAmx::P, G = PanelAmx::G;
     using avx512::PanelVnni;
@@ -275,6 +276,10 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
         }
     }
 }
+#else
+GEMMA4_KERNEL_ENTRY void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, const PanelAmx::TileActs& tiles,
+                   std::int64_t vnni_from, std::int64_t p0, std::int64_t p1, Rows<float> y);
+#endif
 
 }  // namespace gemma4::detail::amx
 

@@ -211,7 +211,8 @@ inline void quantize_row(const float* x, std::int64_t cols, std::int64_t block, 
 }
 
 /// Panels [p0, p1) of w for all tokens of `a` (their activations in `ga`, offset as above).
-inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
+#if GEMMA4_KERNEL_BODIES
+GEMMA4_KERNEL_ENTRY void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
     constexpr int P = PanelVnni::P, G = PanelVnni::G;
     const bool q4 = w.dtype == DType::Q4;
     const PanelPrefetch plan = avx512_panel_prefetch(w.dtype, a.tokens, isa_report().features);
@@ -228,6 +229,9 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
         }
     }
 }
+#else
+GEMMA4_KERNEL_ENTRY void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y);
+#endif
 
 // ---- the vector layer of float_kernels-inl.hpp: 16 floats ----------------------------------
 using V = __m512;

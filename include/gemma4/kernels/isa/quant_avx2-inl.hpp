@@ -176,7 +176,8 @@ struct PanelAvx2 {
 };
 
 /// Panels [p0, p1) of w for all tokens of `a` (their activations in `ga`, with offset() above).
-inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
+#if GEMMA4_KERNEL_BODIES
+GEMMA4_KERNEL_ENTRY void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y) {
     constexpr int P = PanelAvx2::P;
     constexpr auto G = kGroupTokens;
     const bool q4 = w.dtype == DType::Q4;
@@ -197,3 +198,6 @@ inline void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga,
         }
     }
 }
+#else
+GEMMA4_KERNEL_ENTRY void panels(const WeightView& w, const QuantActs& a, const GroupActs& ga, std::int64_t p0, std::int64_t p1, Rows<float> y);
+#endif
