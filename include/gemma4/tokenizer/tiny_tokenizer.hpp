@@ -211,7 +211,8 @@ inline TinyTokenizerInfo write_tiny_tokenizer(const std::filesystem::path& dir, 
         add_piece(left + right);
         merges.push_back(ordered::array({left, right}));
     }
-    for (std::int64_t unused = 0; next_id < vocab_size; ++unused) add_piece("<unused_" + std::to_string(unused) + ">");
+    std::int64_t unused = 0;
+    while (next_id < vocab_size) add_piece("<unused_" + std::to_string(unused++) + ">");  // add_piece advances next_id
     info.vocab_size = next_id;
 
     const std::string metaspace(detail::kTinyMetaspace);

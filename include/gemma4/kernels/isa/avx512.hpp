@@ -23,7 +23,9 @@ GEMMA4_TARGET_AVX512_BEGIN
 // GCC 12 reports the intrinsics' own `_mm512_undefined_*` pass-through operands (PR 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace gemma4::inline GEMMA4_ABI::detail::avx512 {
 
