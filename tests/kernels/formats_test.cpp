@@ -256,16 +256,22 @@ TEST_CASE("quantized checkpoints round-trip through save and mmap load, in block
 
 namespace {
 
-/// Rewrites `from`'s model.safetensors into `to` with one tensor or the metadata edited.
-void rewrite(const std::filesystem::path& from, const std::filesystem::path& to, const std::function<void(std::vector<TensorRef>&, std::map<std::string, std::string>&)>& edit) {
-    std::filesystem::create_directories(to);
-    std::filesystem::copy_file(from / "config.json", to / "config.json", std::filesystem::copy_options::overwrite_existing);
-    SafetensorsFile f(from / "model.safetensors");
+/// Every tensor of `f`, referring to its mapped bytes.
+std::vector<TensorRef> tensor_refs(const SafetensorsFile& f) {
     std::vector<TensorRef> refs;
     for (const auto& [name, e] : f.entries()) {
         const WeightView v = f.view(name);
         refs.push_back({name, e.dtype, e.shape, v.data, v.size_bytes});
     }
+    return refs;
+}
+
+/// Rewrites `from`'s model.safetensors into `to` with one tensor or the metadata edited.
+void rewrite(const std::filesystem::path& from, const std::filesystem::path& to, const std::function<void(std::vector<TensorRef>&, std::map<std::string, std::string>&)>& edit) {
+    std::filesystem::create_directories(to);
+    std::filesystem::copy_file(from / "config.json", to / "config.json", std::filesystem::copy_options::overwrite_existing);
+    SafetensorsFile f(from / "model.safetensors");
+    std::vector<TensorRef> refs = tensor_refs(f);
     auto meta = f.metadata();
     edit(refs, meta);
     write_safetensors(to / "model.safetensors", refs, meta);
@@ -279,15 +285,14 @@ void shard_in_two(const std::filesystem::path& from, const std::filesystem::path
     std::filesystem::create_directories(to);
     std::filesystem::copy_file(from / "config.json", to / "config.json");
     SafetensorsFile f(from / "model.safetensors");
+    const std::vector<TensorRef> refs = tensor_refs(f);
     std::vector<TensorRef> shards[2];
     nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
     const char* names[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
-    std::size_t i = 0;
-    for (const auto& [name, e] : f.entries()) {
-        const WeightView v = f.view(name);
-        const std::size_t k = i++ < f.entries().size() / 2 ? 0 : 1;
-        shards[k].push_back({name, e.dtype, e.shape, v.data, v.size_bytes});
-        index["weight_map"][name] = names[k];
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+        const std::size_t k = i < refs.size() / 2 ? 0 : 1;
+        shards[k].push_back(refs[i]);
+        index["weight_map"][refs[i].name] = names[k];
     }
     auto second = f.metadata();
     edit(second);

@@ -54,7 +54,7 @@
 // one, which includes <gemma4/gemma4.hpp> (or kernels/linear_quant.hpp). The others then see
 // each level's entry point (its `panels`) declared only. All of them must be built with the same
 // -m flags: the entry points live in the ABI namespace of those flags (abi.hpp), so a mismatch
-// is an undefined symbol at link time.
+// is an undefined symbol at link time. In CMake, gemma4_separate_kernels(target) does all this.
 #if defined(GEMMA4_SEPARATE_KERNELS)
 #define GEMMA4_KERNEL_ENTRY
 #if defined(GEMMA4_KERNELS_IMPLEMENTATION)
