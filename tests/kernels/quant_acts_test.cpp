@@ -1,5 +1,6 @@
 // kernels/quant_acts.hpp: activations to int8 per block, the vector levels' quantize_row
-// against the portable one, bit for bit, and the AMX pass's tile layout of them.
+// against the portable one, bit for bit, the vector passes' records and the AMX pass's tile
+// layout of them.
 #include <catch2/catch.hpp>
 
 #include <gemma4/kernels/linear_quant.hpp>
@@ -130,5 +131,61 @@ TEST_CASE("amx path: each group's activations lie unit by unit, 16 tokens of 32 
                     if (t < tokens) CHECK(std::memcmp(row, a.q_row(t) + u * U, U) == 0);
                     else CHECK(std::all_of(row, row + U, [](std::int8_t c) { return c == 0; }));
                 }
+        }
+}
+
+TEST_CASE("vector passes' records: per group and block, the code words as [word][token], then the scales and the start values, the same for any split of the blocks", "[kernels][quant]") {
+    constexpr std::int64_t G = detail::kGroupTokens;
+    constexpr int offset = 128;
+    test::Rng rng{11};
+    for (std::int64_t block : {32, 64})
+        for (std::int64_t tokens : {1, 5, 16, 21, 40}) {
+            const std::int64_t cols = 200;
+            std::vector<float> x(static_cast<std::size_t>(tokens * cols));
+            for (auto& v : x) v = static_cast<float>(rng.symmetric());
+            detail::QuantActs a;
+            detail::shape_activations(tokens, cols, block, a);
+            detail::quantize_activations({x.data(), cols}, 0, tokens, a);
+            detail::GroupActs whole, split;
+            detail::shape_group_acts(a, whole);
+            detail::shape_group_acts(a, split);
+            const std::int64_t W = block / 4;
+            REQUIRE(whole.words == W + 2);
+            REQUIRE(whole.data.size() == static_cast<std::size_t>(tokens * a.blocks * (W + 2)));
+            std::fill(whole.data.begin(), whole.data.end(), 0x5a5a5a5a);
+            std::fill(split.data.begin(), split.data.end(), 0x5a5a5a5a);
+            detail::group_acts(a, offset, 0, 0, a.blocks, whole);
+            for (std::int64_t b = 0; b < a.blocks; ++b) detail::group_acts(a, offset, 0, b, b + 1, split);  // a block per call
+            CHECK(whole.data == split.data);
+            for (std::int64_t g0 = 0; g0 < tokens; g0 += G) {
+                const std::int64_t n = std::min(G, tokens - g0);
+                for (std::int64_t b = 0; b < a.blocks; ++b) {
+                    const std::int32_t* rec = whole.group(g0) + b * (W + 2) * n;
+                    for (std::int64_t i = 0; i < n; ++i) {
+                        const std::int64_t t = g0 + i;
+                        INFO("block " << block << " tokens " << tokens << " token " << t << " block index " << b);
+                        for (std::int64_t s = 0; s < W; ++s) {
+                            std::int32_t word = 0;
+                            std::memcpy(&word, a.q_row(t) + b * block + 4 * s, 4);
+                            CHECK(rec[s * n + i] == word);
+                        }
+                        float scale = 0;
+                        std::memcpy(&scale, rec + W * n + i, 4);
+                        CHECK(scale == a.scale_row(t)[b]);
+                        CHECK(rec[(W + 1) * n + i] == -offset * a.sum_row(t)[b]);
+                    }
+                }
+            }
+            // The groups from token 16 on only (as after AMX tiles took the first group): the
+            // first group's records are left as they were.
+            if (tokens > G) {
+                detail::GroupActs tail;
+                detail::shape_group_acts(a, tail);
+                std::fill(tail.data.begin(), tail.data.end(), 0x5a5a5a5a);
+                detail::group_acts(a, offset, G, 0, a.blocks, tail);
+                const auto first_group = static_cast<std::ptrdiff_t>(G * a.blocks * (W + 2));
+                CHECK(std::all_of(tail.data.begin(), tail.data.begin() + first_group, [](std::int32_t w) { return w == 0x5a5a5a5a; }));
+                CHECK(std::equal(tail.data.begin() + first_group, tail.data.end(), whole.data.begin() + first_group));
+            }
         }
 }

@@ -201,8 +201,12 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
             if (kernel == QuantKernel::Avx2 || kernel == QuantKernel::AvxVnni) quantize_activations(x, t0, t1, a, avx2::quantize_row);
             else quantize_activations(x, t0, t1, a, avx512::quantize_row);
             if (t0 < vnni_from) amx::PanelAmx::group_tiles(a, t0, std::min(t1, vnni_from), tiles);
-            if (t1 > vnni_from) group_acts(a, offset, std::max(t0, vnni_from), t1, ga);
         });
+        // The vector passes' records, by blocks: each thread writes its own lines.
+        if (vnni_from < tokens) {
+            if (tokens == 1) group_acts(a, offset, vnni_from, 0, a.blocks, ga);
+            else pool.parallel_for(a.blocks, [&](std::int64_t b0, std::int64_t b1) { group_acts(a, offset, vnni_from, b0, b1, ga); });
+        }
         run([](const WeightView& w) { return quant::panel_count(w.rows()); }, 1,
             [&](const QuantTarget& t, std::int64_t p0, std::int64_t p1) {
                 switch (kernel) {

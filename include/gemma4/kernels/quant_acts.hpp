@@ -104,19 +104,21 @@ inline void shape_group_acts(const QuantActs& a, GroupActs& out) {
     out.data.resize(static_cast<std::size_t>(a.tokens * a.blocks * out.words));
 }
 
-/// Tokens [t0, t1) of `a` into `out` (shaped by shape_group_acts).
-inline void group_acts(const QuantActs& a, int offset, std::int64_t t0, std::int64_t t1, GroupActs& out) {
+/// Blocks [b0, b1) of the groups that start at token t0 (a multiple of kGroupTokens) and after,
+/// from `a` into `out` (shaped by shape_group_acts). The records are written in order, each the
+/// [W][n] transpose of its n tokens' codes, so that threads given disjoint block ranges write
+/// disjoint memory (by tokens, every cache line of a record would be written by all of them).
+inline void group_acts(const QuantActs& a, int offset, std::int64_t t0, std::int64_t b0, std::int64_t b1, GroupActs& out) {
     constexpr std::int64_t G = kGroupTokens;
-    for (std::int64_t t = t0; t < t1; ++t) {
-        const std::int64_t g0 = t / G * G, n = std::min<std::int64_t>(G, a.tokens - g0), i = t - g0;
-        const std::int64_t words = out.words, W = words - 2;
-        std::int32_t* g = out.data.data() + g0 * a.blocks * words;
-        const std::int8_t* q = a.q_row(t);
-        for (std::int64_t b = 0; b < a.blocks; ++b) {
-            std::int32_t* rec = g + b * words * n;
-            for (std::int64_t s = 0; s < W; ++s) std::memcpy(rec + s * n + i, q + b * a.block + 4 * s, 4);
-            std::memcpy(rec + W * n + i, a.scale_row(t) + b, 4);
-            rec[(W + 1) * n + i] = -offset * a.sum_row(t)[b];
+    const std::int64_t words = out.words, W = words - 2;
+    for (std::int64_t g0 = t0; g0 < a.tokens; g0 += G) {
+        const std::int64_t n = std::min<std::int64_t>(G, a.tokens - g0);
+        std::int32_t* rec = out.data.data() + (g0 * a.blocks + b0 * n) * words;
+        for (std::int64_t b = b0; b < b1; ++b) {
+            for (std::int64_t s = 0; s < W; ++s)
+                for (std::int64_t i = 0; i < n; ++i) std::memcpy(rec++, a.q_row(g0 + i) + b * a.block + 4 * s, 4);
+            for (std::int64_t i = 0; i < n; ++i) std::memcpy(rec++, a.scale_row(g0 + i) + b, 4);
+            for (std::int64_t i = 0; i < n; ++i) *rec++ = -offset * a.sum_row(g0 + i)[b];
         }
     }
 }
