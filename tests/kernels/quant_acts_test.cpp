@@ -54,6 +54,17 @@ std::vector<std::vector<float>> test_rows() {
     return rows;
 }
 
+/// `tokens` rows of 200 random activations (a partial last block), quantized in blocks of `block`.
+detail::QuantActs random_activations(std::int64_t tokens, std::int64_t block, test::Rng& rng) {
+    const std::int64_t cols = 200;
+    std::vector<float> x(static_cast<std::size_t>(tokens * cols));
+    for (auto& v : x) v = static_cast<float>(rng.symmetric());
+    detail::QuantActs a;
+    detail::shape_activations(tokens, cols, block, a);
+    detail::quantize_activations({x.data(), cols}, 0, tokens, a);
+    return a;
+}
+
 }  // namespace
 
 TEST_CASE("a block of activations: scale max|x|/127, codes rounded to nearest, sum of codes", "[kernels][quant]") {
@@ -113,12 +124,7 @@ TEST_CASE("amx path: each group's activations lie unit by unit, 16 tokens of 32 
     // into a line straddles two).
     for (std::int64_t block : {32, 64})
         for (std::int64_t tokens : {8, 21, 40}) {
-            const std::int64_t cols = 200;
-            std::vector<float> x(static_cast<std::size_t>(tokens * cols));
-            for (auto& v : x) v = static_cast<float>(rng.symmetric());
-            detail::QuantActs a;
-            detail::shape_activations(tokens, cols, block, a);
-            detail::quantize_activations({x.data(), cols}, 0, tokens, a);
+            const detail::QuantActs a = random_activations(tokens, block, rng);
             const std::int64_t groups = (tokens + G - 1) / G, units = a.padded / U;
             tiles.assign(Amx::tile_bytes(a), std::int8_t{99});
             REQUIRE(tiles.size() == static_cast<std::size_t>(groups * units * G * U));
@@ -140,12 +146,7 @@ TEST_CASE("vector passes' records: per group and block, the code words as [word]
     test::Rng rng{11};
     for (std::int64_t block : {32, 64})
         for (std::int64_t tokens : {1, 5, 16, 21, 40}) {
-            const std::int64_t cols = 200;
-            std::vector<float> x(static_cast<std::size_t>(tokens * cols));
-            for (auto& v : x) v = static_cast<float>(rng.symmetric());
-            detail::QuantActs a;
-            detail::shape_activations(tokens, cols, block, a);
-            detail::quantize_activations({x.data(), cols}, 0, tokens, a);
+            const detail::QuantActs a = random_activations(tokens, block, rng);
             detail::GroupActs whole, split;
             detail::shape_group_acts(a, whole);
             detail::shape_group_acts(a, split);
