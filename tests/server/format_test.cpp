@@ -72,7 +72,11 @@ TEST_CASE("tool calls round-trip through the Gemma syntax, escapes included", "[
         {{"n", 42}, {"x", -1.5}, {"ok", true}, {"no", false}, {"none", nullptr}},
         {{"list", {1, "two", {{"three", 3}}, json::array()}}, {"obj", {{"a", {{"b", {{"c", "deep"}}}}}}}},
         {{"unicode", "café ☕ 日本"}},
+        // keys that cannot stand bare are written between quotes, and read back the same
+        {{"a,b", 1}, {"c:d", {{"{e}", "[f]"}}}, {"<g", true}, {" h", 2}, {"i ", 3}, {"\"j\"", 4}, {"", 5}},
     };
+    // the template's bare keys where they read back
+    CHECK(render_tool_call("f", {{"city", "Paris"}, {"max_count", 3}}) == std::string(kToolCallStart) + "call:f{city:" + Q + "Paris" + Q + ",max_count:3}" + std::string(kToolCallEnd));
     for (const json& args : cases) {
         INFO(args.dump());
         const std::string text = render_tool_call("get_weather", args);

@@ -6,7 +6,8 @@
 //   result (after the call)    <|tool_response>response:NAME{value:<|"|>…<|"|>}<tool_response|>
 //
 // Values: strings between <|"|> quotes (no escaping inside), true/false, numbers, None, {k:v,…}
-// with keys sorted (Jinja's dictsort), […]. Keys are bare in calls and results.
+// with keys sorted (Jinja's dictsort), […]. Keys are bare in calls and results (quoted when a
+// key could not be read back bare, e.g. one holding a comma).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,14 @@ inline std::string scalar_text(const nlohmann::json& v) {
 
 inline std::string gemma_quoted(std::string_view s) { return std::string(kQuote) + std::string(s) + std::string(kQuote); }
 
+/// A key of a call or result: bare, as the template writes it, unless it would not read back so
+/// (empty, a character that ends a bare key, surrounding space, a leading '"'); then quoted.
+inline std::string call_key(std::string_view key) {
+    const bool bare = !key.empty() && key.find_first_of(":,{}[]<") == std::string_view::npos && key.front() != '"' &&
+                      !std::isspace(static_cast<unsigned char>(key.front())) && !std::isspace(static_cast<unsigned char>(key.back()));
+    return bare ? std::string(key) : gemma_quoted(key);
+}
+
 }  // namespace detail
 
 /// The template's format_argument: a JSON value in the tool syntax.
@@ -55,7 +64,7 @@ inline std::string format_argument(const nlohmann::json& v, bool escape_keys = t
         for (const auto& [key, value] : v.items()) {  // nlohmann's object keeps keys sorted: dictsort
             if (!first) out += ',';
             first = false;
-            out += escape_keys ? detail::gemma_quoted(key) : key;
+            out += escape_keys ? detail::gemma_quoted(key) : detail::call_key(key);
             out += ':';
             out += format_argument(value, escape_keys);
         }
