@@ -279,29 +279,30 @@ TEST_CASE("panels hold the rows of the file layout, padding rows zero", "[kernel
                 for (std::int64_t r = N - last * quant::kPanelRows; r < quant::kPanelRows; ++r)
                     for (std::int64_t i = 0; i < K; ++i)
                         CHECK(quant::panel_value_at(dtype, B, panels.view.panel(last), r, i) == 0.0f);
-                // Group g (128 columns) of a panel is its codes then its scales: byte j of row r's
-                // codes at g·group_bytes + 64·(j' / 4) + 4·r + j' % 4 (j' = j within the group), and
-                // scale k (of 128 / B) of the group at g·group_bytes + group_code_bytes + 2·(16·k + r).
+                // Group g (128 columns) of a panel is its scales then its codes: scale k (of 128 / B)
+                // of row r at g·group_bytes + 2·(16·k + r), and byte j of row r's codes at
+                // g·group_bytes + group_scale_bytes + 64·(j' / 4) + 4·r + j' % 4 (j' = j within the group).
                 const std::int64_t r = std::min<std::int64_t>(N, quant::kPanelRows) - 1, per_group = 128 / B;
                 rows.view.quant_row(r, a.data(), sa.data());
                 const std::int64_t gb = quant::row_bytes(dtype, quant::kRowAlign), group = quant::group_bytes(dtype, B);
                 CHECK(group == (dtype == DType::Q8 ? 2048 : 1024) + 32 * per_group);
                 for (std::int64_t j = 0; j < rb; ++j) {
                     const std::int64_t jj = j % gb;
-                    CHECK(panels.bytes[static_cast<std::size_t>(j / gb * group + 64 * (jj / 4) + 4 * r + jj % 4)] == a[static_cast<std::size_t>(j)]);
+                    CHECK(panels.bytes[static_cast<std::size_t>(j / gb * group + 32 * per_group + 64 * (jj / 4) + 4 * r + jj % 4)] ==
+                          a[static_cast<std::size_t>(j)]);
                 }
                 for (std::int64_t b = 0; b < nb; ++b) {
                     const std::size_t at =
-                        static_cast<std::size_t>(b / per_group * group + quant::group_code_bytes(dtype) + 2 * (16 * (b % per_group) + r));
+                        static_cast<std::size_t>(b / per_group * group + 2 * (16 * (b % per_group) + r));
                     std::uint16_t s;
                     std::memcpy(&s, panels.bytes.data() + at, 2);
                     CHECK(s == sa[static_cast<std::size_t>(b)]);
                 }
-                // unit u (32 columns) of a panel: Q8 at 512·(u % 4) of its group, Q4 in the low
-                // (u % 4 < 2) or high nibbles of the 512 bytes at 512·(u % 2); a block's units in turn
+                // unit u (32 columns) of a panel: Q8 at 512·(u % 4) of its group's codes, Q4 in the
+                // low (u % 4 < 2) or high nibbles of the 512 bytes at 512·(u % 2); a block's units in turn
                 for (std::int64_t u = 0; u < quant::padded_cols(K) / 32; ++u) {
                     const std::int64_t at = quant::unit_codes_offset(dtype, B, u);
-                    CHECK(at == u / 4 * group + 512 * (dtype == DType::Q8 ? u % 4 : u % 2));
+                    CHECK(at == u / 4 * group + 32 * per_group + 512 * (dtype == DType::Q8 ? u % 4 : u % 2));
                     if (u % (B / 32) == 0) CHECK(quant::block_codes_offset(dtype, B, u / (B / 32)) == at);
                     const std::int64_t col = 32 * u;  // its first column, of row r: in the word at 4·r of its first 64 bytes
                     const int code = quant::code_in_byte(dtype, panels.bytes[static_cast<std::size_t>(at + 4 * r)], col);

@@ -189,10 +189,11 @@ inline void dequantize_row(DType t, std::int64_t block, const std::byte* codes, 
 // kPanelRows rows (the last one padded with zero rows) that interleave their rows in 4-byte
 // words. One 64-byte load then holds 4 consecutive bytes of each of the 16 rows — the operand of
 // an int8 dot-product instruction. A panel is a sequence of 128-column groups (kRowAlign), each
-// its codes followed by its scales, so that a panel, scales included, is one contiguous stream:
-// a second stream of scales beside the codes cost a one-token product 15–20 % of its read speed
-// (docs/performance.md). Within group g, byte j of row r's group bytes is at 64·(j / 4) + 4·r +
-// j % 4, and scale k (of the group's 128 / block) of row r at group_code_bytes + 2·(16·k + r).
+// its scales followed by its codes, so that a panel, scales included, is one contiguous stream
+// read in ascending order: a second stream of scales beside the codes cost a one-token product
+// 15–20 % of its read speed, and scales after their codes, read before them, 10 % on an AMD Zen 4
+// (docs/performance.md). Within group g, scale k (of the group's 128 / block) of row r is at
+// 2·(16·k + r), and byte j of row r's group bytes at group_scale_bytes + 64·(j / 4) + 4·r + j % 4.
 // The bytes themselves are the file's (Q8 signed codes, Q4 nibble pairs), so a row moves
 // between the layouts by whole words.
 //
@@ -220,7 +221,7 @@ constexpr std::int64_t panel_bytes(DType t, std::int64_t block, std::int64_t col
 /// Where in a panel unit u's 8 words of 16 rows start (Q4: 512 bytes whose low nibbles, for
 /// u % 4 < 2, or high nibbles are the unit).
 constexpr std::int64_t unit_codes_offset(DType t, std::int64_t block, std::int64_t u) {
-    return u / 4 * group_bytes(t, block) + (t == DType::Q4 ? u % 2 : u % 4) * kUnitBytes;
+    return u / 4 * group_bytes(t, block) + group_scale_bytes(block) + (t == DType::Q4 ? u % 2 : u % 4) * kUnitBytes;
 }
 /// Whether unit u of a Q4 panel is held in the high nibbles.
 constexpr bool unit_high(std::int64_t u) { return u % 4 >= 2; }
@@ -230,7 +231,7 @@ constexpr std::int64_t block_codes_offset(DType t, std::int64_t block, std::int6
 }
 /// Where in a panel block b's 16 scales start.
 constexpr std::int64_t block_scales_offset(DType t, std::int64_t block, std::int64_t b) {
-    return b / group_blocks(block) * group_bytes(t, block) + group_code_bytes(t) + b % group_blocks(block) * 2 * kPanelRows;
+    return b / group_blocks(block) * group_bytes(t, block) + b % group_blocks(block) * 2 * kPanelRows;
 }
 /// Where in a panel scale b of row r (f16 bits) is.
 constexpr std::int64_t panel_scale_offset(DType t, std::int64_t block, std::int64_t b, std::int64_t r) {
@@ -242,7 +243,7 @@ constexpr std::int64_t block_stream_bytes(DType t, std::int64_t block) { return 
 /// Where in a panel byte j of row r's codes (row_bytes layout) is.
 constexpr std::int64_t panel_code_offset(DType t, std::int64_t block, std::int64_t j, std::int64_t r) {
     const std::int64_t gb = row_bytes(t, kRowAlign), jj = j % gb;
-    return j / gb * group_bytes(t, block) + 64 * (jj / 4) + 4 * r + jj % 4;
+    return j / gb * group_bytes(t, block) + group_scale_bytes(block) + 64 * (jj / 4) + 4 * r + jj % 4;
 }
 
 /// Writes a row in the file layout (codes, scales) as row r of a panel.
@@ -265,8 +266,8 @@ inline void panel_to_row(DType t, std::int64_t block, const std::byte* panel, st
 inline void clear_panel(DType t, std::int64_t block, std::int64_t cols, std::byte* panel) {
     for (std::int64_t g = 0; g < padded_cols(cols) / kRowAlign; ++g) {
         std::byte* group = panel + g * group_bytes(t, block);
-        std::memset(group, t == DType::Q4 ? 0x88 : 0, static_cast<std::size_t>(group_code_bytes(t)));
-        std::memset(group + group_code_bytes(t), 0, static_cast<std::size_t>(group_scale_bytes(block)));
+        std::memset(group, 0, static_cast<std::size_t>(group_scale_bytes(block)));
+        std::memset(group + group_scale_bytes(block), t == DType::Q4 ? 0x88 : 0, static_cast<std::size_t>(group_code_bytes(t)));
     }
 }
 
