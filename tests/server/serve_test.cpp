@@ -69,6 +69,18 @@ void require_openai_error(const HttpResponse& r, int status) {
 
 std::string metrics(int port) { return http(port, "GET", "/metrics", "", kKey).body; }
 
+/// Polls /metrics until `name` reaches `at_least` or `timeout` passes; the last metrics read.
+std::string wait_for_metric(int port, std::string_view name, double at_least, std::chrono::milliseconds poll,
+                            std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::string m = metrics(port);
+    while (metric(m, std::string(name)) < at_least && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(poll);
+        m = metrics(port);
+    }
+    return m;
+}
+
 /// Waits until no request holds KV pages beyond the prefix cache.
 void wait_until_idle(int port) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -273,12 +285,8 @@ TEST_CASE("serve: endpoints, SSE framing, errors, auth and limits", "[server][e2
         }  // closed after the first event
         // The hang-up is seen when a write fails or the next token is offered, so the request
         // is accounted for a little later; wait for that, then for its pages.
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-        std::string m = metrics(port);
-        while (metric(m, "gemma4_requests_cancelled_total") < before + 1 && std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            m = metrics(port);
-        }
+        std::string m = wait_for_metric(port, "gemma4_requests_cancelled_total", before + 1, std::chrono::milliseconds(20),
+                                        std::chrono::seconds(60));
         INFO("metrics once the request was accounted for:\n" << m);
         CHECK(metric(m, "gemma4_requests_cancelled_total") >= before + 1);
         wait_until_idle(port);
@@ -557,11 +565,9 @@ TEST_CASE("serve: a client that leaves a non-streaming request cancels it and fr
             Connection c(port);
             c.send(request_text("POST", path, body.dump(), ""));
             // Leave once the reply is being generated.
-            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-            while (metric(metrics(port), "gemma4_generated_tokens_total") < generated + 10) {
-                REQUIRE(std::chrono::steady_clock::now() < deadline);
-                std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            }
+            REQUIRE(metric(wait_for_metric(port, "gemma4_generated_tokens_total", generated + 10, std::chrono::milliseconds(5),
+                                           std::chrono::seconds(30)),
+                           "gemma4_generated_tokens_total") >= generated + 10);
         }  // closed without reading anything
         const auto left = std::chrono::steady_clock::now();
         wait_until_idle(port);

@@ -44,10 +44,13 @@ inline std::string scalar_text(const nlohmann::json& v) {
 
 inline std::string gemma_quoted(std::string_view s) { return std::string(kQuote) + std::string(s) + std::string(kQuote); }
 
+/// The characters that end a bare key of a call or result (the reader's `key`).
+inline constexpr std::string_view kBareKeyEnds = ":,{}[]<";
+
 /// A key of a call or result: bare, as the template writes it, unless it would not read back so
 /// (empty, a character that ends a bare key, surrounding space, a leading '"'); then quoted.
 inline std::string call_key(std::string_view key) {
-    const bool bare = !key.empty() && key.find_first_of(":,{}[]<") == std::string_view::npos && key.front() != '"' &&
+    const bool bare = !key.empty() && key.find_first_of(kBareKeyEnds) == std::string_view::npos && key.front() != '"' &&
                       !std::isspace(static_cast<unsigned char>(key.front())) && !std::isspace(static_cast<unsigned char>(key.back()));
     return bare ? std::string(key) : gemma_quoted(key);
 }
@@ -370,9 +373,7 @@ private:
             return out;
         }
         const std::size_t start = pos_;
-        while (!at_end() && s_[pos_] != ':' && s_[pos_] != ',' && s_[pos_] != '{' && s_[pos_] != '}' && s_[pos_] != '[' &&
-               s_[pos_] != ']' && s_[pos_] != '<')
-            ++pos_;
+        while (!at_end() && kBareKeyEnds.find(s_[pos_]) == std::string_view::npos) ++pos_;
         std::string_view k = s_.substr(start, pos_ - start);
         while (!k.empty() && std::isspace(static_cast<unsigned char>(k.back()))) k.remove_suffix(1);
         if (k.empty()) return std::nullopt;
