@@ -117,15 +117,13 @@ TEST_CASE("serve under load: concurrent streams equal serial runs, misbehaving c
     // Nothing leaked: no running or queued request, no KV page beyond the prefix cache's, no
     // stream still open. A stream closes when its writer next runs after its request ends (it
     // polls every 50 ms), which can be after the engine has gone idle: wait for that too.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    std::string m;
-    while (std::chrono::steady_clock::now() < deadline) {
-        m = http(port, "GET", "/metrics", "", kLoadKey).body;
-        if (metric(m, "gemma4_active_sequences") == 0 && metric(m, "gemma4_kv_pages_in_use") == metric(m, "gemma4_prefix_cache_pages") &&
-            metric(m, "gemma4_http_streams_open") == 0)
-            break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    const std::string m = poll_metrics(
+        port, kLoadKey,
+        [](const std::string& now) {
+            return metric(now, "gemma4_active_sequences") == 0 && metric(now, "gemma4_kv_pages_in_use") == metric(now, "gemma4_prefix_cache_pages") &&
+                   metric(now, "gemma4_http_streams_open") == 0;
+        },
+        std::chrono::milliseconds(20), std::chrono::seconds(60));
     INFO(m);
     CHECK(metric(m, "gemma4_active_sequences") == 0);
     CHECK(metric(m, "gemma4_queue_depth") == 0);

@@ -72,26 +72,17 @@ std::string metrics(int port) { return http(port, "GET", "/metrics", "", kKey).b
 /// Polls /metrics until `name` reaches `at_least` or `timeout` passes; the last metrics read.
 std::string wait_for_metric(int port, std::string_view name, double at_least, std::chrono::milliseconds poll,
                             std::chrono::seconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::string m = metrics(port);
-    while (metric(m, std::string(name)) < at_least && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(poll);
-        m = metrics(port);
-    }
-    return m;
+    return poll_metrics(port, kKey, [&](const std::string& m) { return metric(m, std::string(name)) >= at_least; }, poll, timeout);
 }
 
-/// Waits until no request holds KV pages beyond the prefix cache.
+/// Waits until no request runs, waits or holds KV pages beyond the prefix cache.
 void wait_until_idle(int port) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-        const std::string m = metrics(port);
-        if (metric(m, "gemma4_active_sequences") == 0 && metric(m, "gemma4_queue_depth") == 0 &&
-            metric(m, "gemma4_kv_pages_in_use") == metric(m, "gemma4_prefix_cache_pages"))
-            return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    FAIL("requests still hold KV pages: " << metrics(port));
+    const auto idle = [](const std::string& m) {
+        return metric(m, "gemma4_active_sequences") == 0 && metric(m, "gemma4_queue_depth") == 0 &&
+               metric(m, "gemma4_kv_pages_in_use") == metric(m, "gemma4_prefix_cache_pages");
+    };
+    const std::string m = poll_metrics(port, kKey, idle, std::chrono::milliseconds(20), std::chrono::seconds(60));
+    if (!idle(m)) FAIL("requests still hold KV pages: " << m);
 }
 
 }  // namespace

@@ -265,4 +265,17 @@ inline double metric(const std::string& metrics, const std::string& name) {
     return std::stod(text.substr(at + name.size() + 2));
 }
 
+/// Reads /metrics (with `key`) every `poll` until `done(metrics)` holds or `timeout` passes, and
+/// returns the last metrics read, for the caller's checks.
+template <class Done>
+std::string poll_metrics(int port, const std::string& key, Done done, std::chrono::milliseconds poll, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::string m = http(port, "GET", "/metrics", "", key).body;
+    while (!done(m) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(poll);
+        m = http(port, "GET", "/metrics", "", key).body;
+    }
+    return m;
+}
+
 }  // namespace gemma4::test
