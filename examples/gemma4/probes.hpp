@@ -232,6 +232,25 @@ private:
 /// Best of five passes of a ReadProbe over `bytes`, bytes/s.
 inline double read_bandwidth(ThreadPool& pool, std::size_t bytes) { return ReadProbe(pool, bytes).best(5); }
 
+/// The fraction of bandwidth that decode steps reached at their own moment: for each step g, its
+/// rate (step_bytes / step_s[g]) over the rate of the faster of the probe passes just before and
+/// just after it (pass_s[g − 1], pass_s[g]: one pass follows each step); the median over the
+/// steps. The host's bandwidth can double and halve again within a run, so a step is paired with
+/// the probe of its own moment, and with the faster of two passes because a single pass at times
+/// reads slower than the steps around it. 0 without steps.
+inline double median_local_fraction(const std::vector<double>& step_s, const std::vector<double>& pass_s, double step_bytes,
+                                    double probe_bytes) {
+    std::vector<double> f;
+    for (std::size_t g = 0; g < step_s.size() && g < pass_s.size(); ++g) {
+        const double probe_s = g == 0 ? pass_s[0] : std::min(pass_s[g - 1], pass_s[g]);
+        f.push_back((step_bytes / step_s[g]) / (probe_bytes / probe_s));
+    }
+    if (f.empty()) return 0.0;
+    std::sort(f.begin(), f.end());
+    const std::size_t n = f.size();
+    return n % 2 ? f[n / 2] : (f[n / 2 - 1] + f[n / 2]) / 2;
+}
+
 /// FP32 multiply-add throughput on all threads (2 flops per multiply-add).
 inline double fma_peak(ThreadPool& pool) {
     return at_active_level([&](auto L) {

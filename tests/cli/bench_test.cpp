@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -77,6 +78,22 @@ TEST_CASE("bench: bytes read per step are labelled computed, and with --context 
     const double rate = plain["bytes_read_per_step_computed"].get<double>() * plain["decode_tokens_per_s"].get<double>();
     CHECK(plain["decode_fraction_of_bandwidth_between_steps"].get<double>() == Approx(rate / between));
     CHECK(plain["decode_bandwidth_fraction"].get<double>() == Approx(rate / plain["measured_read_bandwidth_bytes_per_s"].get<double>()));
+    // Each step against the faster probe pass just before or after it, the median over the steps.
+    const auto steps = plain["decode_step_s"].get<std::vector<double>>(), passes = plain["probe_pass_s_after_step"].get<std::vector<double>>();
+    REQUIRE(steps.size() == plain["gen_tokens"].get<std::size_t>());
+    REQUIRE(passes.size() == steps.size());
+    double steps_total = 0;
+    for (const double s : steps) steps_total += s;
+    CHECK(plain["decode_tokens_per_s"].get<double>() == Approx(static_cast<double>(steps.size()) / steps_total));
+    const double fastest = *std::min_element(passes.begin(), passes.end());
+    const double probe_bytes = between * fastest;
+    std::vector<double> local;
+    for (std::size_t g = 0; g < steps.size(); ++g)
+        local.push_back(plain["bytes_read_per_step_computed"].get<double>() / steps[g] /
+                        (probe_bytes / (g == 0 ? passes[0] : std::min(passes[g - 1], passes[g]))));
+    std::sort(local.begin(), local.end());
+    const std::size_t n = local.size();
+    CHECK(plain["decode_fraction_of_local_bandwidth"].get<double>() == Approx(n % 2 ? local[n / 2] : (local[n / 2 - 1] + local[n / 2]) / 2));
 
     const auto text = run_cli("bench --config tiny --random-weights --bandwidth-mb 8 --threads 2 --prompt-tokens 12 --gen-tokens 4 "
                               "--weights int8 --context 64");
@@ -84,6 +101,7 @@ TEST_CASE("bench: bytes read per step are labelled computed, and with --context 
     CHECK(text.out.find("GB read per step (computed from the matrix sizes)") != std::string::npos);
     CHECK(text.out.find("KV read") != std::string::npos);
     CHECK(text.out.find("read by the fastest probe pass between the decode steps") != std::string::npos);
+    CHECK(text.out.find("median step: ") != std::string::npos);
 
     // The tiny config: 4 sliding layers (window 8) and 2 full ones; float K/V.
     const gemma4::Gemma4Config c = gemma4::tiny_config();

@@ -493,6 +493,7 @@ int run(cli::Args& args) {
     std::size_t kv_bytes = 0;
     double decode_s = 0, alone_s = 0;
     double between_s = std::numeric_limits<double>::infinity();  // the fastest read probe pass between decode steps
+    std::vector<double> step_s, pass_s;  // each decode step (the batch's) and the probe pass after it
     unsigned pool_size = 0;
     const auto time_steps = [&](const auto& model) {
         pool_size = model.pool().size();
@@ -539,13 +540,15 @@ int run(cli::Args& args) {
             }
             t0 = Clock::now();
             model.forward_into(std::span<const SequenceChunk>(step.data(), static_cast<std::size_t>(B)), cache, {}, LogitsMode::Last, batch_logits);
-            decode_s += seconds_since(t0);
+            step_s.push_back(seconds_since(t0));
+            decode_s += step_s.back();
             if (alone) {
                 t0 = Clock::now();
                 model.forward_into(std::span<const SequenceChunk>(&step.back(), 1), cache, {}, LogitsMode::Last, alone_logits);
                 alone_s += seconds_since(t0);
             }
-            between_s = std::min(between_s, probe.pass_seconds());
+            pass_s.push_back(probe.pass_seconds());
+            between_s = std::min(between_s, pass_s.back());
         }
     };
     time_steps(measured);
@@ -588,6 +591,7 @@ int run(cli::Args& args) {
     const double bytes_per_step = weight_bytes + kv_read;  // computed, not measured
     const double achieved = bytes_per_step * steps_per_s;
     const double between_bandwidth = static_cast<double>(probe.bytes()) / between_s;
+    const double local_fraction = probes::median_local_fraction(step_s, pass_s, bytes_per_step, static_cast<double>(probe.bytes()));
     const std::size_t rss = peak_rss_bytes();
 
     const KernelChoice kernels = active_kernels();
@@ -608,6 +612,9 @@ int run(cli::Args& args) {
                      {"decode_bandwidth_fraction", achieved / bandwidth},
                      {"read_bandwidth_between_steps_bytes_per_s", between_bandwidth},
                      {"decode_fraction_of_bandwidth_between_steps", achieved / between_bandwidth},
+                     {"decode_fraction_of_local_bandwidth", local_fraction},
+                     {"decode_step_s", step_s},
+                     {"probe_pass_s_after_step", pass_s},
                      {"prefill_flops_per_s", prefill_s > 0 ? prefill_flops / prefill_s : 0.0},
                      {"measured_peak_fma_flops_per_s", peak_fma},
                      {"measured_peak_int8_ops_per_s", peak_int8},
@@ -693,6 +700,7 @@ int run(cli::Args& args) {
                 achieved / 1e9, 100 * achieved / bandwidth, bandwidth / 1e9);
     std::printf("          = %.0f%% of the %.1f GB/s read by the fastest probe pass between the decode steps\n", 100 * achieved / between_bandwidth,
                 between_bandwidth / 1e9);
+    std::printf("          (median step: %.0f%% of the fastest of the probe passes just before and after it)\n", 100 * local_fraction);
     std::printf("KV cache  %8.3f GB in use (%s), %.1f ms per decode step%s\n", static_cast<double>(kv_bytes) / 1e9, kv.c_str(),
                 1e3 * decode_s / static_cast<double>(G), context > 0 ? (" at context " + std::to_string(context)).c_str() : "");
     std::printf("peak RSS  %8.2f GB\n", static_cast<double>(rss) / 1e9);
