@@ -167,7 +167,8 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
         else pool.parallel_for(tokens, [&](std::int64_t t0, std::int64_t t1) { per_tokens(t0, t1); });
     };
     // The matrices' units (panels or rows) as one index space: matrix i owns [first[i], first[i + 1]).
-    auto run = [&](auto units_of, std::int64_t grain, auto&& body) {
+    // `grain_of(total units)` gives the fewest units a chunk holds.
+    auto run = [&](auto units_of, auto grain_of, auto&& body) {
         std::vector<std::int64_t> first{0};
         for (const QuantTarget& t : targets) first.push_back(first.back() + units_of(*t.w));
         pool.parallel_chunks(
@@ -180,7 +181,7 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
             },
             // chunks claimed by whichever thread is free: a fixed split makes the slower thread
             // (another process on its core) set the pace of every matrix
-            std::max<std::int64_t>(grain, first.back() / (16 * pool.size())));
+            std::max<std::int64_t>(grain_of(first.back()), first.back() / (16 * pool.size())));
     };
     const bool panels = std::all_of(targets.begin(), targets.end(), [](const QuantTarget& t) { return t.w->layout == WeightView::Layout::Panels; });
     if (kernel != QuantKernel::Portable && panels) {
@@ -212,12 +213,13 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
         }
         // One token reads each chunk of panels as one stream, which the hardware prefetchers
         // pick up anew: on a 2-thread AMD Zen 4 in its faster memory state, chunks of 1 MiB
-        // streamed 2–4 % slower than chunks of 2 MiB (docs/performance.md).
-        // Every thread still gets a chunk.
-        std::int64_t panels_total = 0;
-        for (const QuantTarget& t : targets) panels_total += quant::panel_count(t.w->rows());
-        const std::int64_t grain =
-            tokens == 1 ? std::clamp<std::int64_t>(kStreamChunkBytes / quant::panel_bytes(dtype, w0.block, K), 1, std::max<std::int64_t>(1, panels_total / pool.size())) : 1;
+        // streamed 2–4 % slower than chunks of 2 MiB (docs/performance.md). The chunk stays
+        // small enough that every thread gets one.
+        const auto grain = [&](std::int64_t panels_total) -> std::int64_t {
+            if (tokens > 1) return 1;
+            const std::int64_t per_thread = std::max<std::int64_t>(1, panels_total / pool.size());
+            return std::clamp<std::int64_t>(kStreamChunkBytes / quant::panel_bytes(dtype, w0.block, K), 1, per_thread);
+        };
         run([](const WeightView& w) { return quant::panel_count(w.rows()); }, grain,
             [&](const QuantTarget& t, std::int64_t p0, std::int64_t p1) {
                 switch (kernel) {
@@ -231,7 +233,7 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
     }
     prepare([&](std::int64_t t0, std::int64_t t1) { quantize_activations(x, t0, t1, a); });
     const std::int64_t tb = token_block(a.padded + 8 * a.blocks, 4);
-    run([](const WeightView& w) { return w.rows(); }, 16, [&](const QuantTarget& t, std::int64_t n0, std::int64_t n1) {
+    run([](const WeightView& w) { return w.rows(); }, [](std::int64_t) -> std::int64_t { return 16; }, [&](const QuantTarget& t, std::int64_t n0, std::int64_t n1) {
         for (std::int64_t tb0 = 0; tb0 < tokens; tb0 += tb) {
             const std::int64_t tb1 = std::min(tokens, tb0 + tb);
             for (std::int64_t n = n0; n < n1; ++n) quant_row_portable(*t.w, n, a, tb0, tb1, t.y);
