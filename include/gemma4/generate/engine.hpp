@@ -31,6 +31,7 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/error.hpp>
+#include <gemma4/generate/detail/generation.hpp>
 #include <gemma4/generate/sampler.hpp>
 #include <gemma4/generate/session.hpp>
 #include <gemma4/generate/stop.hpp>
@@ -263,6 +264,7 @@ public:
         }
         auto state = std::make_shared<detail::EngineRequestState>(next_id_++);
         job->shared = state;
+        job->gen->cancel_also_on(&state->cancel);
         job->submitted = clock::now();
         queue_.push_back(std::move(job));
         ++stats_.requests_submitted;
@@ -314,12 +316,10 @@ private:
         SoftTokenPlan<T> plan;
         bool has_soft = false;
         bool cacheable = false;  ///< no placeholders: its ids alone decide its K/V
-        std::optional<Sampler> sampler;
-        std::optional<StreamingDecoder> decoder;
-        std::optional<StopMatcher> stops;
+        /// Its reply in progress: sampler, decoder, stop rules, sampled ids and text.
+        std::optional<detail::Generation<T>> gen;
         std::size_t reservation = 0;      ///< bytes admission set aside for it
         clock::time_point submitted, admitted;
-        std::optional<clock::time_point> first;
         bool running = false;
         SeqId seq = -1;
         std::int64_t fed = 0;            ///< prompt ids in the cache (reused ones included)
@@ -327,9 +327,9 @@ private:
         std::int32_t pending = -1;       ///< the sampled id the next step feeds
         // Speculative decoding (request.options.speculative):
         std::vector<std::int32_t> history;  ///< prompt and generated ids: what the drafter continues
-        std::vector<T> hidden;              ///< final-normed state of the row that sampled `pending`
         std::vector<std::int32_t> feed;     ///< this step's ids: pending, then the drafts
         std::int64_t step_start = 0;        ///< the cache's length before this step
+        bool leaving = false;               ///< finished by this step: leaves active_ at its end
         /// A running request whose prompt shares more of this one's than the prefix cache holds:
         /// this one's prefill waits until that prompt's state is kept (or that request ends).
         std::uint64_t follows = 0;
@@ -380,26 +380,17 @@ private:
     // ---- submit (caller's thread) ------------------------------------------------------------
 
     std::unique_ptr<Job> prepare(EngineRequest<T> request) {
-        const Gemma4Config& c = model_->config();
         const GenerateOptions& o = request.options;
         if (o.max_new_tokens < 0) throw InvalidArgument("engine: max_new_tokens must be >= 0, not " + std::to_string(o.max_new_tokens));
         o.speculative.validate();
         auto job = std::make_unique<Job>();
-        bool placeholders = false;
-        for (std::size_t i = 0; i < request.prompt.size(); ++i) {
-            const std::int32_t id = request.prompt[i];
-            if (id < 0 || id >= c.vocab_size)
-                throw InvalidArgument("engine: token id " + std::to_string(id) + " at index " + std::to_string(i) +
-                                      " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-            if (id == c.tokens.video) throw InvalidArgument("engine: video input is not supported (id at index " + std::to_string(i) + ")");
-            placeholders = placeholders || model_->is_placeholder(id);
-        }
+        const bool placeholders = check_ids(request.prompt);
         // A resumed conversation's ids come first; only those after its cache are fed (its
         // pending id, then the prompt), and only those may be placeholders with soft tokens.
         std::size_t in_cache = 0;
         if (!request.resume_from.empty()) {
-            job->resumed.emplace(detail::read_session_file<T>(request.resume_from, c, KVCacheOptions{.kv_dtype = options_.kv_dtype},
-                                                              SessionFileKind::Session));
+            job->resumed.emplace(detail::read_session_file<T>(request.resume_from, model_->config(),
+                                                              KVCacheOptions{.kv_dtype = options_.kv_dtype}, SessionFileKind::Session));
             const SessionFileContents<T>& r = *job->resumed;
             in_cache = static_cast<std::size_t>(r.cache.length(r.seq));
             request.prompt.insert(request.prompt.begin(), r.history.begin(), r.history.end());
@@ -415,48 +406,71 @@ private:
                                      (in_cache ? " (" + std::to_string(in_cache) + " of them resumed)" : std::string()) +
                                      " exceeds the context of " + std::to_string(context_) + " tokens");
         if (!o.stop_strings.empty() && !tokenizer_) throw InvalidArgument("engine: stop strings need a tokenizer; this engine has none");
-
-        job->stops.emplace(o.stop_strings);
-        if (tokenizer_) job->decoder.emplace(*tokenizer_);
-        // As Session: placeholders stand for soft tokens that a sampled id would not have.
-        SamplingParams sampling = o.sampling;
-        sampling.suppress_tokens.insert(sampling.suppress_tokens.end(), {c.tokens.image, c.tokens.audio, c.tokens.video});
-        job->sampler.emplace(std::move(sampling));
-        job->sampler->set_prompt(prompt);
-        // As Session::generate: the seed the stream started from continues it.
-        if (job->resumed && job->resumed->random.started && job->resumed->random.seed == o.sampling.seed)
-            job->sampler->set_rng_state(job->resumed->random.state);
         if (placeholders || !request.images.empty() || !request.audios.empty()) {
-            const auto fed_part = std::span<const std::int32_t>(prompt).subspan(in_cache);
-            job->plan = plan_soft_tokens<T>(*model_, fed_part, request.images, request.audios);
+            job->plan = plan_soft_tokens<T>(*model_, std::span<const std::int32_t>(prompt).subspan(in_cache), request.images, request.audios);
             if (!job->plan.blocks.empty()) job->plan.blocks.insert(job->plan.blocks.begin(), in_cache, -1);
             job->has_soft = true;
             request.images.clear();  // embedded into the plan: the patches are no longer needed
             request.audios.clear();
         }
-        job->cacheable = !placeholders && std::none_of(prompt.begin(), prompt.end(), [&](std::int32_t id) { return model_->is_placeholder(id); });
-
-        std::int64_t largest_block = 0;
-        for (std::size_t i = 0, run = 0; i < job->plan.blocks.size(); ++i) {
-            const std::int32_t b = job->plan.blocks[i];
-            run = b >= 0 && i > 0 && job->plan.blocks[i - 1] == b ? run + 1 : (b >= 0 ? 1 : 0);
-            largest_block = std::max(largest_block, static_cast<std::int64_t>(run));
-        }
-        // The last sampled id is never fed, so max_new_tokens ids need max_new_tokens - 1 positions
-        // (drafts are capped to stay within them). A verification step is a chunk of up to
-        // draft_max + 1 ids, and the sliding pages it might roll back over stay held.
-        const std::int64_t positions = std::min(context_, P + std::max<std::int64_t>(0, o.max_new_tokens - 1));
-        const std::int64_t verify_chunk = o.speculative.enabled() ? 2 * o.speculative.draft_max + 1 : 1;
-        job->reservation = std::max({kv_bytes_needed(P, o.max_new_tokens, o.prefill_chunk),
-                                     reservation_bytes(positions, std::min(P, largest_block)), reservation_bytes(positions, verify_chunk)});
-        if (o.speculative.enabled()) job->history = prompt;
+        job->cacheable = std::none_of(prompt.begin(), prompt.end(), [&](std::int32_t id) { return model_->is_placeholder(id); });
+        job->reservation = reservation_of(P, o, job->plan.blocks);
         if (options_.kv_bytes && job->reservation > options_.kv_bytes)
             throw ContextLengthError("engine: a request of " + std::to_string(P) + " prompt tokens and up to " +
                                      std::to_string(o.max_new_tokens) + " new ones needs " + std::to_string(job->reservation) +
                                      " bytes of KV pages, more than the budget of " + std::to_string(options_.kv_bytes) + " (kv_bytes)");
         job->request = std::move(request);
+        start_generation(*job);
         job->result.stats.prompt_tokens = P;
         return job;
+    }
+
+    /// Whether the prompt has image/audio placeholders; InvalidArgument for an id outside the
+    /// vocabulary or a video id.
+    bool check_ids(std::span<const std::int32_t> prompt) const {
+        const Gemma4Config& c = model_->config();
+        bool placeholders = false;
+        for (std::size_t i = 0; i < prompt.size(); ++i) {
+            const std::int32_t id = prompt[i];
+            if (id < 0 || id >= c.vocab_size)
+                throw InvalidArgument("engine: token id " + std::to_string(id) + " at index " + std::to_string(i) +
+                                      " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+            if (id == c.tokens.video) throw InvalidArgument("engine: video input is not supported (id at index " + std::to_string(i) + ")");
+            placeholders = placeholders || model_->is_placeholder(id);
+        }
+        return placeholders;
+    }
+
+    /// The job's generation core over its prompt (a resumed conversation included). As
+    /// Session::generate after Session::load: the seed the stream started from continues it.
+    void start_generation(Job& job) {
+        const GenerateOptions& o = job.request.options;
+        const auto& resumed = job.resumed;
+        const bool continues = resumed && resumed->random.started && resumed->random.seed == o.sampling.seed;
+        if (o.speculative.enabled()) job.history = job.request.prompt;
+        job.gen.emplace(*model_, tokenizer_, o, job.request.prompt, context_, continues ? &resumed->random.state : nullptr,
+                        o.speculative.enabled() ? &job.history : nullptr);
+        job.gen->on_sampled([this](std::int32_t) {
+            std::lock_guard lock(mutex_);
+            ++stats_.generated_tokens;
+        });
+    }
+
+    /// The KV bytes admission sets aside for a prompt of P ids with image blocks `blocks`: the
+    /// last sampled id is never fed, so max_new_tokens ids need max_new_tokens - 1 positions
+    /// (drafts are capped to stay within them); an image's block is one chunk; a verification
+    /// step is a chunk of up to draft_max + 1 ids, and the sliding pages it might roll back
+    /// over stay held.
+    std::size_t reservation_of(std::int64_t P, const GenerateOptions& o, std::span<const std::int32_t> blocks) const {
+        std::int64_t largest_block = 0;
+        for (std::size_t i = 0, run = 0; i < blocks.size(); ++i) {
+            run = blocks[i] >= 0 && i > 0 && blocks[i - 1] == blocks[i] ? run + 1 : (blocks[i] >= 0 ? 1 : 0);
+            largest_block = std::max(largest_block, static_cast<std::int64_t>(run));
+        }
+        const std::int64_t positions = std::min(context_, P + std::max<std::int64_t>(0, o.max_new_tokens - 1));
+        const std::int64_t verify_chunk = o.speculative.enabled() ? 2 * o.speculative.draft_max + 1 : 1;
+        return std::max({kv_bytes_needed(P, o.max_new_tokens, o.prefill_chunk), reservation_bytes(positions, std::min(P, largest_block)),
+                         reservation_bytes(positions, verify_chunk)});
     }
 
     /// The most bytes of pages a sequence of up to `positions` positions holds at once, fed in
@@ -698,7 +712,7 @@ private:
     /// `job`'s prompt (a resumed conversation included), then the ids it sampled.
     static std::vector<std::int32_t> conversation(const Job& job) {
         std::vector<std::int32_t> ids = job.request.prompt;
-        ids.insert(ids.end(), job.result.ids.begin(), job.result.ids.end());
+        ids.insert(ids.end(), job.gen->ids().begin(), job.gen->ids().end());
         return ids;
     }
 
@@ -712,7 +726,7 @@ private:
             throw InvalidArgument("engine: " + job.request.save_to.string() + ": not saved, the request finished after " +
                                   std::to_string(job.fed) + " of its " + std::to_string(job.prompt_size()) + " prompt ids were prefilled");
         const std::span<const std::int32_t> pending = std::span<const std::int32_t>(history).subspan(length);
-        const SessionRandomState random{true, job.request.options.sampling.seed, job.sampler->rng_state()};
+        const SessionRandomState random{true, job.request.options.sampling.seed, job.gen->rng_state()};
         detail::write_session_file(job.request.save_to, model_->config(), cache_, job.seq, history, pending, random, nullptr);
     }
 
@@ -723,108 +737,24 @@ private:
         bool decode = false;
     };
 
+    /// One forward step: drafts, then every decoding job's ids and the prefill chunks that fit
+    /// the budget; each job then samples its rows.
     void step() {
-        std::vector<Chunk> plan;
-        std::int64_t decode = 0, prefill = 0;
-        std::vector<std::pair<Job*, std::exception_ptr>> failed;
-        const auto [drafted, drafting] = draft(failed);
-        for (auto& [job, error] : failed) {
+        failed_.clear();
+        const auto [drafted, drafting] = draft(failed_);
+        for (auto& [job, error] : failed_) {
             finish(*job, FinishReason::Cancelled, error);
             active_.erase(std::find_if(active_.begin(), active_.end(), [job = job](const auto& j) { return j.get() == job; }));
         }
-        for (auto& job : active_)
-            if (job->pending >= 0) {
-                plan.push_back({job.get(), 0, 0, 0, true});
-                decode += static_cast<std::int64_t>(job->feed.size());
-            }
-        std::int64_t budget = options_.step_tokens - decode;
-        for (auto& owned : active_) {
-            Job& job = *owned;
-            if (job.pending >= 0 || job.follows) continue;
-            if (budget <= 0 && prefill > 0) break;
-            // A step always prefills something when a prompt waits, even if decode tokens fill the budget.
-            const std::int64_t P = job.prompt_size(), at = job.fed;
-            const std::int64_t limit = std::min(std::max<std::int64_t>(1, budget), std::max<std::int64_t>(1, job.request.options.prefill_chunk));
-            std::int64_t end = at + std::min(P - at, limit);
-            const auto& blocks = job.plan.blocks;
-            auto block = [&](std::int64_t i) { return blocks[static_cast<std::size_t>(i)]; };
-            if (!blocks.empty() && end < P && block(end) >= 0 && block(end) == block(end - 1)) {
-                // `end` would split an image: stop before it, or take it whole if it starts the chunk.
-                std::int64_t start = end;
-                while (start > at && block(start - 1) == block(end)) --start;
-                if (start > at) {
-                    end = start;
-                } else {
-                    std::int64_t stop = end;
-                    while (stop < P && block(stop) == block(end)) ++stop;
-                    if (stop - at > budget && prefill > 0) continue;  // the first chunk of a later step takes it
-                    end = stop;
-                }
-            }
-            std::int64_t rows = 0;
-            for (std::int64_t i = at; i < end; ++i) rows += model_->is_placeholder(job.request.prompt[static_cast<std::size_t>(i)]);
-            plan.push_back({&job, at, end, rows, false});
-            budget -= end - at;
-            prefill += end - at;
-        }
-        if (plan.empty()) return;
-
-        std::vector<SequenceChunk> batch;
-        for (const Chunk& ch : plan) {
-            if (ch.decode) {
-                ch.job->step_start = cache_.length(ch.job->seq);
-                batch.push_back({ch.job->seq, ch.job->feed, /*all_logits=*/ch.job->feed.size() > 1});
-            } else {
-                batch.push_back({ch.job->seq, std::span<const std::int32_t>(ch.job->request.prompt).subspan(
-                                                  static_cast<std::size_t>(ch.begin), static_cast<std::size_t>(ch.end - ch.begin))});
-            }
-        }
-        // Soft tokens of the step: the chunks' rows in order; image blocks renumbered so that
-        // two requests' images never share a block id.
-        std::vector<T> soft_rows;
-        std::vector<std::int32_t> soft_blocks;
-        const std::int64_t H = model_->config().hidden_size;
-        bool any_blocks = false;
-        for (const Chunk& ch : plan) any_blocks = any_blocks || (!ch.decode && !ch.job->plan.blocks.empty());
-        std::int32_t block_offset = 0;
-        for (const Chunk& ch : plan) {
-            const std::int64_t n = ch.decode ? static_cast<std::int64_t>(ch.job->feed.size()) : ch.end - ch.begin;
-            if (ch.decode || !ch.job->has_soft) {
-                if (any_blocks) soft_blocks.insert(soft_blocks.end(), static_cast<std::size_t>(n), -1);
-                continue;
-            }
-            const SoftTokens<T> part = ch.job->plan.slice(static_cast<std::size_t>(ch.begin), static_cast<std::size_t>(ch.end),
-                                                          ch.job->rows_before, ch.rows, H);
-            soft_rows.insert(soft_rows.end(), part.rows.begin(), part.rows.end());
-            if (!any_blocks) continue;
-            if (part.blocks.empty()) {
-                soft_blocks.insert(soft_blocks.end(), static_cast<std::size_t>(n), -1);
-                continue;
-            }
-            std::int32_t top = -1;
-            for (std::int32_t b : part.blocks) {
-                soft_blocks.push_back(b >= 0 ? b + block_offset : -1);
-                top = std::max(top, b);
-            }
-            block_offset += top + 1;
-        }
-
-        Logits<T>& logits = logits_;
+        const auto [decode, prefill] = plan_step();
+        if (plan_.empty()) return;
+        gather_step();
         try {
-            model_->forward_into(std::span<const SequenceChunk>(batch), cache_, SoftTokens<T>{soft_rows, soft_blocks}, LogitsMode::Last, logits);
+            model_->forward_into(std::span<const SequenceChunk>(batch_), cache_, SoftTokens<T>{soft_rows_, soft_blocks_}, LogitsMode::Last,
+                                 logits_, scratch_);
         } catch (...) {
             // Not attributable to one request (submit validated each): the step's requests fail.
-            const std::exception_ptr error = std::current_exception();
-            std::set<const Job*> failed;
-            for (const Chunk& ch : plan) failed.insert(ch.job);
-            for (auto it = active_.begin(); it != active_.end();)
-                if (failed.count(it->get())) {
-                    finish(**it, FinishReason::Cancelled, error);
-                    it = active_.erase(it);
-                } else {
-                    ++it;
-                }
-            publish();
+            fail_step(std::current_exception());
             return;
         }
         {
@@ -835,11 +765,104 @@ private:
             stats_.drafted_tokens += drafted;
             if (decode > 0 && prefill > 0) ++stats_.mixed_steps;
         }
+        take_step();
+        publish();
+        if (options_.on_step) {
+            try {
+                options_.on_step(EngineStepInfo{decode, drafted, drafting, prefill, static_cast<std::int32_t>(plan_.size())});
+            } catch (...) {
+            }
+        }
+    }
 
-        std::set<const Job*> done;
+    /// plan_: every decoding job's ids (pending and drafts) first, then prefill chunks within
+    /// step_tokens. A step always prefills something when a prompt waits, even if decode
+    /// tokens fill the budget. Returns the decode and prefill token counts.
+    std::pair<std::int64_t, std::int64_t> plan_step() {
+        plan_.clear();
+        std::int64_t decode = 0, prefill = 0;
+        for (auto& job : active_)
+            if (job->pending >= 0) {
+                plan_.push_back({job.get(), 0, 0, 0, true});
+                decode += static_cast<std::int64_t>(job->feed.size());
+            }
+        std::int64_t budget = options_.step_tokens - decode;
+        for (auto& owned : active_) {
+            Job& job = *owned;
+            if (job.pending >= 0 || job.follows) continue;
+            if (budget <= 0 && prefill > 0) break;
+            const auto at = static_cast<std::size_t>(job.fed);
+            const std::int64_t limit = std::min(std::max<std::int64_t>(1, budget), std::max<std::int64_t>(1, job.request.options.prefill_chunk));
+            const std::size_t end = detail::chunk_end(job.plan.blocks, at, job.request.prompt.size(), static_cast<std::size_t>(limit));
+            const auto n = static_cast<std::int64_t>(end - at);
+            if (n > budget && prefill > 0) continue;  // a whole image: the first chunk of a later step takes it
+            std::int64_t rows = 0;
+            for (std::size_t i = at; i < end; ++i) rows += model_->is_placeholder(job.request.prompt[i]);
+            plan_.push_back({&job, job.fed, job.fed + n, rows, false});
+            budget -= n;
+            prefill += n;
+        }
+        return {decode, prefill};
+    }
+
+    /// batch_ and the soft tokens of plan_: the chunks' rows in order; image blocks renumbered
+    /// so that two requests' images never share a block id.
+    void gather_step() {
+        batch_.clear();
+        soft_rows_.clear();
+        soft_blocks_.clear();
+        bool any_blocks = false;
+        for (const Chunk& ch : plan_) {
+            Job& job = *ch.job;
+            if (ch.decode) {
+                job.step_start = cache_.length(job.seq);
+                batch_.push_back({job.seq, job.feed, /*all_logits=*/job.feed.size() > 1});
+            } else {
+                batch_.push_back({job.seq, std::span<const std::int32_t>(job.request.prompt)
+                                               .subspan(static_cast<std::size_t>(ch.begin), static_cast<std::size_t>(ch.end - ch.begin))});
+                any_blocks = any_blocks || !job.plan.blocks.empty();
+            }
+        }
+        const std::int64_t H = model_->config().hidden_size;
+        std::int32_t block_offset = 0;
+        for (const Chunk& ch : plan_) {
+            const auto n = static_cast<std::size_t>(ch.decode ? static_cast<std::int64_t>(ch.job->feed.size()) : ch.end - ch.begin);
+            const SoftTokens<T> part = ch.decode || !ch.job->has_soft
+                                           ? SoftTokens<T>{}
+                                           : ch.job->plan.slice(static_cast<std::size_t>(ch.begin), static_cast<std::size_t>(ch.end),
+                                                                ch.job->rows_before, ch.rows, H);
+            soft_rows_.insert(soft_rows_.end(), part.rows.begin(), part.rows.end());
+            if (!any_blocks) continue;
+            if (part.blocks.empty()) {
+                soft_blocks_.insert(soft_blocks_.end(), n, -1);
+                continue;
+            }
+            std::int32_t top = -1;
+            for (std::int32_t b : part.blocks) {
+                soft_blocks_.push_back(b >= 0 ? b + block_offset : -1);
+                top = std::max(top, b);
+            }
+            block_offset += top + 1;
+        }
+    }
+
+    /// Every request of plan_ fails with `error`.
+    void fail_step(std::exception_ptr error) {
+        for (auto it = active_.begin(); it != active_.end();)
+            if (std::any_of(plan_.begin(), plan_.end(), [&](const Chunk& ch) { return ch.job == it->get(); })) {
+                finish(**it, FinishReason::Cancelled, error);
+                it = active_.erase(it);
+            } else {
+                ++it;
+            }
+        publish();
+    }
+
+    /// After the forward step: a chunk that ends its prompt keeps the prompt's state for reuse;
+    /// every job with a row samples it; finished jobs leave.
+    void take_step() {
         std::int64_t row = 0;  // the chunk's first logits row: a verifying chunk has one per id
-        for (std::size_t i = 0; i < plan.size(); ++i) {
-            const Chunk& ch = plan[i];
+        for (const Chunk& ch : plan_) {
             Job& job = *ch.job;
             const std::int64_t first_row = row;
             row += ch.decode ? static_cast<std::int64_t>(job.feed.size()) : 1;
@@ -858,26 +881,17 @@ private:
             std::optional<FinishReason> finished;
             std::exception_ptr error;
             try {
-                finished = verify(job, logits, first_row);
+                finished = verify(job, logits_, first_row);
             } catch (...) {
                 finished = FinishReason::Cancelled;
                 error = std::current_exception();
             }
             if (finished) {
                 finish(job, *finished, error);
-                done.insert(&job);
+                job.leaving = true;
             }
         }
-        if (!done.empty())
-            active_.erase(std::remove_if(active_.begin(), active_.end(), [&](const auto& j) { return done.count(j.get()) > 0; }),
-                          active_.end());
-        publish();
-        if (options_.on_step) {
-            try {
-                options_.on_step(EngineStepInfo{decode, drafted, drafting, prefill, static_cast<std::int32_t>(plan.size())});
-            } catch (...) {
-            }
-        }
+        active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& j) { return j->leaving; }), active_.end());
     }
 
     /// Drafts for every decoding job that speculates, one drafter call for all the jobs that
@@ -898,26 +912,22 @@ private:
             std::vector<Job*> group;
             std::vector<DraftRequest> requests;
             for (Job* job : jobs) {
-                const SpeculativeOptions& so = job->request.options.speculative;
-                const std::int64_t budget = detail::draft_budget(so, job->request.options.max_new_tokens - job->result.stats.generated_tokens,
-                                                                 context_ - cache_.length(job->seq));
+                const std::int64_t budget = job->gen->draft_budget(cache_.length(job->seq));
                 if (budget < 1) continue;
                 group.push_back(job);
-                requests.push_back({job->history, budget, so.p_min, DraftTarget<T>{model_, &cache_, job->seq, job->hidden}});
+                requests.push_back(job->gen->draft_request(cache_, job->seq, budget));
             }
             if (group.empty()) continue;
             std::vector<std::vector<std::int32_t>> drafts(group.size());
             try {
                 drafter->draft(requests, drafts);
-                for (std::size_t g = 0; g < group.size(); ++g)
-                    detail::trim_draft(drafts[g], requests[g].max_tokens, group[g]->request.options.speculative, model_->config());
+                for (std::size_t g = 0; g < group.size(); ++g) group[g]->gen->accept_draft(drafts[g], requests[g].max_tokens);
             } catch (...) {
                 for (Job* job : group) failed.emplace_back(job, std::current_exception());  // the drafter's requests fail
                 continue;
             }
             for (std::size_t g = 0; g < group.size(); ++g) {
                 group[g]->feed.insert(group[g]->feed.end(), drafts[g].begin(), drafts[g].end());
-                group[g]->result.stats.drafted_tokens += static_cast<std::int64_t>(drafts[g].size());
                 drafted += static_cast<std::int64_t>(drafts[g].size());
                 drafting += !drafts[g].empty();
             }
@@ -925,71 +935,27 @@ private:
         return {drafted, drafting};
     }
 
-    /// Samples `job`'s rows of the step from `first_row` on, as Session::generate does: the row
-    /// after each fed id while the sampled id equals the next draft; then rolls the cache back
-    /// to the ids kept. Returns the finish reason, or nothing when job.pending is to be fed.
+    /// Samples `job`'s rows of the step from `first_row` on with its generation core, as
+    /// Session::generate does. Returns the finish reason, or nothing when job.pending is to be fed.
     std::optional<FinishReason> verify(Job& job, const Logits<T>& logits, std::int64_t first_row) {
-        const auto fed = static_cast<std::int64_t>(job.feed.size());
+        detail::Generation<T>& gen = *job.gen;
+        const std::int64_t accepted = gen.accepted();
+        const auto drafts = std::span<const std::int32_t>(job.feed).subspan(1);
         std::optional<FinishReason> finished;
-        std::int64_t emitted = 0;
-        for (std::int64_t r = 0; r < fed; ++r) {
-            const std::size_t before = job.result.ids.size();
-            finished = sample(job, logits.row(first_row + r), job.step_start + r + 1);
-            if (job.result.ids.size() == before) break;  // nothing sampled: max tokens or cancelled
-            ++emitted;
-            const bool accepted = r + 1 < fed && job.result.ids.back() == job.feed[static_cast<std::size_t>(r + 1)];
-            if (accepted) {
-                ++job.result.stats.accepted_tokens;
-                std::lock_guard lock(mutex_);
-                ++stats_.accepted_tokens;
-            }
-            if (finished || !accepted) break;
+        try {
+            finished = gen.take(logits, first_row, drafts, cache_, job.seq, job.step_start);
+        } catch (...) {
+            count_accepted(gen.accepted() - accepted);
+            throw;
         }
-        // Keep the fed id before each emitted one; forget the rejected drafts.
-        if (fed > 1) cache_.truncate(job.seq, job.step_start + emitted);
-        if (job.speculative() && !finished) {
-            const auto h = logits.hidden_row(first_row + emitted - 1);
-            job.hidden.assign(h.begin(), h.end());
-        }
+        count_accepted(gen.accepted() - accepted);
+        job.pending = finished ? -1 : gen.pending();
         return finished;
     }
 
-    /// One iteration of Session::generate's loop for `job`, given its logits: the same checks in
-    /// the same order. `length` is the cache's length once this id is the last emitted (the
-    /// sampled id itself is fed by the next step). Returns the finish reason, or nothing when
-    /// the sampled id is to be fed.
-    std::optional<FinishReason> sample(Job& job, std::span<const T> logits, std::int64_t length) {
-        const GenerateOptions& o = job.request.options;
-        EngineResult& r = job.result;
-        if (r.stats.generated_tokens >= o.max_new_tokens) return FinishReason::MaxTokens;
-        if (job.cancelled()) return FinishReason::Cancelled;
-        const std::int32_t id = job.sampler->sample(logits);
-        job.sampler->accept(id);
-        if (!job.first) {
-            job.first = clock::now();
-            r.stats.time_to_first_token = std::chrono::duration<double>(*job.first - job.submitted).count();
-        }
-        r.ids.push_back(id);
-        if (job.speculative()) job.history.push_back(id);
-        ++r.stats.generated_tokens;
-        {
-            std::lock_guard lock(mutex_);
-            ++stats_.generated_tokens;
-        }
-        std::string piece;
-        bool stopped_by_string = false;
-        if (job.decoder) {
-            const StopStep s = job.stops->feed(job.decoder->push(id));
-            piece = s.text;
-            stopped_by_string = s.stopped;
-        }
-        r.text += piece;
-        const bool keep_going = !o.on_token || o.on_token(id, piece);
-        if (const auto finish = detail::finish_after(id, o, model_->config().tokens, stopped_by_string, keep_going)) return finish;
-        if (length + 1 > context_) return FinishReason::ContextFull;
-        if (r.stats.generated_tokens >= o.max_new_tokens) return FinishReason::MaxTokens;
-        job.pending = id;
-        return std::nullopt;
+    void count_accepted(std::int64_t n) {
+        std::lock_guard lock(mutex_);
+        stats_.accepted_tokens += n;
     }
 
     /// Keeps the state of sequence `seq`, which holds `ids`, for later requests; drops the kept
@@ -1045,16 +1011,15 @@ private:
         return b;
     }
 
-    /// Completes `job`: flushes its text as Session does, frees its pages, hands the result over.
+    /// Completes `job`: flushes its text as Session does, saves it when asked, frees its pages,
+    /// hands the result over.
     void finish(Job& job, FinishReason reason, std::exception_ptr error = nullptr) {
         EngineResult& r = job.result;
         r.finish = reason;
         r.error = error;
-        if (!error && reason != FinishReason::StopString && job.decoder) {
+        if (!error) {
             try {
-                const std::string rest = job.stops->feed(job.decoder->finish()).text + job.stops->flush();
-                r.text += rest;
-                if (!rest.empty() && job.request.options.on_token) job.request.options.on_token(-1, rest);
+                job.gen->finish(reason);
             } catch (...) {
                 r.error = std::current_exception();
                 r.finish = FinishReason::Cancelled;
@@ -1070,25 +1035,8 @@ private:
                 r.error = std::current_exception();
             }
         }
-        if (job.running) {
-            reserved_ -= job.reservation;
-            job.running = false;
-            --running_;
-            if (options_.prefix_cache_entries && job.cacheable && !r.error && job.fed == job.prompt_size()) {
-                try {
-                    store_conversation(job);
-                } catch (...) {  // the cache is a saving only: the request's result stands
-                }
-            }
-            cache_.remove_sequence(job.seq);
-            job.seq = -1;
-            if (job.follows) {
-                std::lock_guard lock(mutex_);
-                count_prefix(job);  // it never took its prefix: a miss
-            }
-            release_followers(job.shared->id);
-        }
-        if (job.first) r.stats.generation_seconds = std::chrono::duration<double>(clock::now() - *job.first).count();
+        if (job.running) release(job);
+        collect(job);
         {
             std::lock_guard lock(mutex_);
             ++stats_.requests_finished;
@@ -1102,6 +1050,41 @@ private:
             s.done = true;
         }
         s.finished.notify_all();
+    }
+
+    /// Frees a running job's reservation and pages; keeps its conversation for reuse.
+    void release(Job& job) {
+        reserved_ -= job.reservation;
+        job.running = false;
+        --running_;
+        if (options_.prefix_cache_entries && job.cacheable && !job.result.error && job.fed == job.prompt_size()) {
+            try {
+                store_conversation(job);
+            } catch (...) {  // the cache is a saving only: the request's result stands
+            }
+        }
+        cache_.remove_sequence(job.seq);
+        job.seq = -1;
+        if (job.follows) {
+            std::lock_guard lock(mutex_);
+            count_prefix(job);  // it never took its prefix: a miss
+        }
+        release_followers(job.shared->id);
+    }
+
+    /// Moves what the job's generation produced into its result.
+    static void collect(Job& job) {
+        EngineResult& r = job.result;
+        detail::Generation<T>& gen = *job.gen;
+        r.ids = std::move(gen.ids());
+        r.text = std::move(gen.text());
+        r.stats.generated_tokens = static_cast<std::int64_t>(r.ids.size());
+        r.stats.drafted_tokens = gen.drafted();
+        r.stats.accepted_tokens = gen.accepted();
+        if (const auto first = gen.first_token_time()) {
+            r.stats.time_to_first_token = std::chrono::duration<double>(*first - job.submitted).count();
+            r.stats.generation_seconds = std::chrono::duration<double>(clock::now() - *first).count();
+        }
     }
 
     /// Copies the scheduler's state into the snapshot stats() returns.
@@ -1155,7 +1138,14 @@ private:
     std::int32_t running_ = 0;  // admitted, not finished
     bool prefix_pages_dirty_ = false;
     std::int64_t prefix_cache_pages_ = 0;
-    Logits<T> logits_;  // the last step's, its buffers reused by the next
+    // A step's buffers, kept from one step to the next; scratch_ grows to the largest step.
+    Logits<T> logits_;
+    StepScratch<T> scratch_;
+    std::vector<Chunk> plan_;
+    std::vector<SequenceChunk> batch_;
+    std::vector<T> soft_rows_;
+    std::vector<std::int32_t> soft_blocks_;
+    std::vector<std::pair<Job*, std::exception_ptr>> failed_;
 
     std::mutex shutdown_mutex_;
     std::thread thread_;  // last: starts once everything above exists

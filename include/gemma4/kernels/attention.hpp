@@ -266,16 +266,29 @@ struct CachedQuery {
 /// and the spans of a row are merged in position order, so the result does not depend on the
 /// thread count or on the other rows. `cache` provides int8(), key/value(layer, seq, pos) → T*
 /// and key_int8/value_int8(layer, seq, pos) → {codes, scales}. Every row must see a key.
-template <class T, class Cache>
-void attend_cache(const Cache& cache, std::int64_t layer, std::span<const CachedQuery> rows, const T* q, std::int64_t q_stride,
-                  std::int64_t heads, std::int64_t kv_heads, std::int64_t d, T* out, std::int64_t out_stride, ThreadPool& pool) {
-    const auto n = static_cast<std::int64_t>(rows.size());
-    const std::int64_t hkv = kv_heads, group = heads / hkv, part_size = group * (d + 2);
+/// attend_cache's work list and partial results, kept by a caller that attends again and
+/// again so that a step allocates nothing once they are large enough.
+template <class T>
+struct AttendScratch {
     struct Span {
         std::int64_t t, g, j0, j1;
     };
     std::vector<Span> spans;
-    std::vector<std::int64_t> first(static_cast<std::size_t>(n * hkv + 1));  // per (t, g): its first span
+    std::vector<std::int64_t> first;  ///< per (row, kv head): its first span
+    std::vector<T> partial;           ///< per span: max, sum and the unnormalised output of each head of its group
+};
+
+template <class T, class Cache>
+void attend_cache(const Cache& cache, std::int64_t layer, std::span<const CachedQuery> rows, const T* q, std::int64_t q_stride,
+                  std::int64_t heads, std::int64_t kv_heads, std::int64_t d, T* out, std::int64_t out_stride, ThreadPool& pool,
+                  AttendScratch<T>& scratch) {
+    const auto n = static_cast<std::int64_t>(rows.size());
+    const std::int64_t hkv = kv_heads, group = heads / hkv, part_size = group * (d + 2);
+    using Span = typename AttendScratch<T>::Span;
+    std::vector<Span>& spans = scratch.spans;
+    std::vector<std::int64_t>& first = scratch.first;
+    spans.clear();
+    first.resize(static_cast<std::size_t>(n * hkv + 1));
     for (std::int64_t t = 0; t < n; ++t) {
         const std::int64_t lo = rows[static_cast<std::size_t>(t)].first, hi = rows[static_cast<std::size_t>(t)].last;
         for (std::int64_t g = 0; g < hkv; ++g) {
@@ -288,7 +301,8 @@ void attend_cache(const Cache& cache, std::int64_t layer, std::span<const Cached
         }
     }
     first.back() = static_cast<std::int64_t>(spans.size());
-    std::vector<T> partial(spans.size() * static_cast<std::size_t>(part_size));
+    std::vector<T>& partial = scratch.partial;
+    if (partial.size() < spans.size() * static_cast<std::size_t>(part_size)) partial.resize(spans.size() * static_cast<std::size_t>(part_size));
     const bool int8 = cache.int8();
     const Isa isa = active_isa();
     pool.parallel_chunks(static_cast<std::int64_t>(spans.size()), [&](std::int64_t begin, std::int64_t end) {
@@ -319,6 +333,14 @@ void attend_cache(const Cache& cache, std::int64_t layer, std::span<const Cached
             for (std::int64_t h = 0; h < group; ++h)
                 merge_spans(partial.data() + f * part_size + h * (d + 2), count, part_size, d, out + t * out_stride + (g * group + h) * d);
         }
+}
+
+/// The same with a scratch of its own (one-off callers, tests).
+template <class T, class Cache>
+void attend_cache(const Cache& cache, std::int64_t layer, std::span<const CachedQuery> rows, const T* q, std::int64_t q_stride,
+                  std::int64_t heads, std::int64_t kv_heads, std::int64_t d, T* out, std::int64_t out_stride, ThreadPool& pool) {
+    AttendScratch<T> scratch;
+    attend_cache(cache, layer, rows, q, q_stride, heads, kv_heads, d, out, out_stride, pool, scratch);
 }
 
 }  // namespace gemma4::kernels

@@ -14,6 +14,7 @@
 #include <gemma4/tensor/weight_view.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -175,10 +176,10 @@ void linear(std::span<const LinearOut<T>> outs, Rows<const T> x, std::int64_t to
         const bool shared = w0.quantized() && std::all_of(outs.begin(), outs.end(), [&](const LinearOut<T>& o) {
                                 return o.w->dtype == w0.dtype && o.w->block == w0.block && o.w->cols() == w0.cols();
                             });
-        if (shared) {
-            std::vector<detail::QuantTarget> targets;
-            for (const LinearOut<T>& o : outs) targets.push_back({o.w, o.y});
-            return detail::linear_quant(targets, x, tokens, pool);
+        if (shared && outs.size() <= detail::kMaxQuantTargets) {
+            std::array<detail::QuantTarget, detail::kMaxQuantTargets> targets{};
+            for (std::size_t i = 0; i < outs.size(); ++i) targets[i] = {outs[i].w, outs[i].y};
+            return detail::linear_quant(std::span<const detail::QuantTarget>(targets.data(), outs.size()), x, tokens, pool);
         }
     }
     for (const LinearOut<T>& o : outs) linear<T>(*o.w, x, o.y, tokens, pool);

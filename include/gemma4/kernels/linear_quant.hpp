@@ -27,6 +27,7 @@
 #include <gemma4/tensor/weight_view.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -97,6 +98,9 @@ inline void quant_row_portable(const WeightView& w, std::int64_t n, const QuantA
     }
 }
 
+/// The most matrices one linear_quant call shares an input among (attn.qkv_proj has three).
+inline constexpr std::size_t kMaxQuantTargets = 8;
+
 /// The Q8/Q4 kernels. linear_quant runs the one of the process's level; tests name them to
 /// compare them.
 enum class QuantKernel : std::uint8_t { Portable, Avx2, AvxVnni, Avx512, Amx };
@@ -151,6 +155,9 @@ struct QuantTarget {
 /// `kernel` must be one that quant_kernel_runs.
 inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float> x, std::int64_t tokens, ThreadPool& pool,
                          QuantKernel kernel = quant_kernel_for(active_isa(), isa_report().features)) {
+    if (targets.empty() || targets.size() > kMaxQuantTargets)
+        throw InvalidArgument("linear_quant: " + std::to_string(targets.size()) + " matrices in one call, not 1 to " +
+                              std::to_string(kMaxQuantTargets));
     const WeightView& w0 = *targets.front().w;
     const std::int64_t K = w0.cols();
     for (const QuantTarget& t : targets)
@@ -169,10 +176,11 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
     // The matrices' units (panels or rows) as one index space: matrix i owns [first[i], first[i + 1]).
     // `grain_of(total units)` gives the fewest units a chunk holds.
     auto run = [&](auto units_of, auto grain_of, auto&& body) {
-        std::vector<std::int64_t> first{0};
-        for (const QuantTarget& t : targets) first.push_back(first.back() + units_of(*t.w));
+        std::array<std::int64_t, kMaxQuantTargets + 1> first{};  // no allocation in a decode step
+        for (std::size_t i = 0; i < targets.size(); ++i) first[i + 1] = first[i] + units_of(*targets[i].w);
+        const std::int64_t total = first[targets.size()];
         pool.parallel_chunks(
-            first.back(),
+            total,
             [&](std::int64_t u0, std::int64_t u1) {
                 for (std::size_t i = 0; i < targets.size(); ++i) {
                     const std::int64_t lo = std::max(u0, first[i]), hi = std::min(u1, first[i + 1]);
@@ -181,7 +189,7 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
             },
             // chunks claimed by whichever thread is free: a fixed split makes the slower thread
             // (another process on its core) set the pace of every matrix
-            std::max<std::int64_t>(grain_of(first.back()), first.back() / (16 * pool.size())));
+            std::max<std::int64_t>(grain_of(total), total / (16 * pool.size())));
     };
     const bool panels = std::all_of(targets.begin(), targets.end(), [](const QuantTarget& t) { return t.w->layout == WeightView::Layout::Panels; });
     if (kernel != QuantKernel::Portable && panels) {

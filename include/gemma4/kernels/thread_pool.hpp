@@ -11,12 +11,13 @@
 
 #include <gemma4/abi.hpp>
 
+#include <gemma4/detail/function_ref.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -64,7 +65,7 @@ public:
 
     /// Calls fn(begin, end) over [0, n) split into at most size() contiguous chunks of at least
     /// `grain` items. Blocks until all chunks are done; rethrows the first exception.
-    void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn, std::int64_t grain = 1) {
+    void parallel_for(std::int64_t n, detail::FunctionRef<void(std::int64_t, std::int64_t)> fn, std::int64_t grain = 1) {
         if (n <= 0) return;
         const std::int64_t max_tasks = std::max<std::int64_t>(1, n / std::max<std::int64_t>(1, grain));
         const unsigned tasks = static_cast<unsigned>(std::min<std::int64_t>(size(), max_tasks));
@@ -73,7 +74,7 @@ public:
             return;
         }
         std::unique_lock<std::mutex> submit(submit_mutex_);  // one parallel region at a time
-        job_ = &fn;
+        job_ = &fn;  // fn lives until this region ends
         job_n_ = n;
         job_tasks_ = tasks;
         error_ = nullptr;
@@ -103,7 +104,7 @@ public:
     /// threads claim one at a time. Which thread runs a chunk varies, the chunks do not: use it
     /// when each item's result does not depend on the other items of its chunk. Balances the
     /// load when a thread is slowed down (other processes on the machine, unequal caches).
-    void parallel_chunks(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn, std::int64_t chunk) {
+    void parallel_chunks(std::int64_t n, detail::FunctionRef<void(std::int64_t, std::int64_t)> fn, std::int64_t chunk) {
         if (n <= 0) return;
         chunk = std::max<std::int64_t>(1, chunk);
         const std::int64_t chunks = (n + chunk - 1) / chunk;
@@ -162,7 +163,7 @@ private:
     std::vector<std::thread> workers_;
     std::mutex mutex_, submit_mutex_;
     std::condition_variable wake_, done_;
-    const std::function<void(std::int64_t, std::int64_t)>* job_ = nullptr;
+    const detail::FunctionRef<void(std::int64_t, std::int64_t)>* job_ = nullptr;
     std::int64_t job_n_ = 0;
     unsigned job_tasks_ = 0;
     std::atomic<unsigned> pending_{0};

@@ -65,12 +65,13 @@ public:
     template <class Obs>
     void forward(LayerContext<T>& ctx, const T* x, T* out, Obs& obs) const {
         const std::int64_t n = ctx.tokens.size(), qd = geom_.q_dim();
-        std::vector<T> qkv(static_cast<std::size_t>(n * qkv_width())), o(static_cast<std::size_t>(n * qd));
-        project_qkv(ctx, x, qkv.data(), obs);  // attn.qkv_proj, attn.qk_norm, attn.v_norm, attn.rope
-        store_kv(ctx, qkv.data());
-        core(ctx, qkv.data(), o.data());
-        tap(obs, ctx.layer, "attn.core", o.data(), n, qd, qd);
-        linear<T>(o_proj_, {o.data(), qd}, {out, q_proj_.cols()}, n, ctx.pool);
+        T* const qkv = StepScratch<T>::values(ctx.scratch.qkv, n * qkv_width());
+        T* const o = StepScratch<T>::values(ctx.scratch.heads, n * qd);
+        project_qkv(ctx, x, qkv, obs);  // attn.qkv_proj, attn.qk_norm, attn.v_norm, attn.rope
+        store_kv(ctx, qkv);
+        core(ctx, qkv, o);
+        tap(obs, ctx.layer, "attn.core", o, n, qd, qd);
+        linear<T>(o_proj_, {o, qd}, {out, q_proj_.cols()}, n, ctx.pool);
         tap(obs, ctx.layer, "attn.o_proj", out, n, q_proj_.cols(), q_proj_.cols());
     }
 
@@ -118,15 +119,16 @@ public:
 
     /// attn.core — softmax(q·kᵀ · 1) · v over each token's visible keys (scale 1: the norms set
     /// it); o gets q_dim() values per token.
-    void core(const LayerContext<T>& ctx, const T* qkv, T* o) const {
+    void core(LayerContext<T>& ctx, const T* qkv, T* o) const {
         const std::int64_t n = ctx.tokens.size();
-        std::vector<kernels::CachedQuery> rows(static_cast<std::size_t>(n));
+        std::vector<kernels::CachedQuery>& rows = ctx.scratch.queries;
+        rows.clear();
         for (std::int64_t t = 0; t < n; ++t)
-            rows[static_cast<std::size_t>(t)] = {ctx.tokens.seq[static_cast<std::size_t>(t)],
-                                                 first_visible(ctx.tokens.pos[static_cast<std::size_t>(t)]), last_visible(ctx.tokens, t)};
+            rows.push_back({ctx.tokens.seq[static_cast<std::size_t>(t)], first_visible(ctx.tokens.pos[static_cast<std::size_t>(t)]),
+                            last_visible(ctx.tokens, t)});
         const KVCache<T>& cache = ctx.cache;
         kernels::attend_cache<T>(cache, ctx.layer, rows, qkv, qkv_width(), geom_.num_heads, geom_.num_kv_heads, geom_.head_dim, o,
-                                 geom_.q_dim(), ctx.pool);
+                                 geom_.q_dim(), ctx.pool, ctx.scratch.attend);
     }
 
     /// The first key position a query at position p sees: q − W < k ≤ q (decision 3).

@@ -16,7 +16,6 @@
 #include <gemma4/tensor/weights.hpp>
 
 #include <cstdint>
-#include <vector>
 
 namespace gemma4 {
 inline namespace GEMMA4_ABI {
@@ -42,16 +41,17 @@ public:
     template <class Obs>
     void forward(LayerContext<T>& ctx, T* x, Obs& obs) const {
         const std::int64_t n = ctx.tokens.size(), H = input_norm_.dim(), size = n * H;
-        std::vector<T> a(static_cast<std::size_t>(size)), h(static_cast<std::size_t>(size));
+        T* const a = StepScratch<T>::values(ctx.scratch.normed, size);
+        T* const h = StepScratch<T>::values(ctx.scratch.mixed, size);
 
-        input_norm_(x, H, a.data(), H, n);                                   tap(obs, layer_, "input_norm", a.data(), n, H, H);
-        attn_.forward(ctx, a.data(), h.data(), obs);                         // attn.qkv_proj … attn.o_proj
-        post_mix_norm_(h.data(), H, h.data(), H, n);                         tap(obs, layer_, "post_mix_norm", h.data(), n, H, H);
-        kernels::residual_add(x, h.data(), size);                            tap(obs, layer_, "attn_residual", x, n, H, H);
-        post_attn_norm_(x, H, a.data(), H, n);                               tap(obs, layer_, "post_attn_norm", a.data(), n, H, H);
-        mlp_.forward(ctx, a.data(), h.data(), obs);                          // mlp.gate_up, mlp.act, mlp.down
-        post_ffn_norm_(h.data(), H, h.data(), H, n);                         tap(obs, layer_, "post_ffn_norm", h.data(), n, H, H);
-        kernels::scaled_residual_add(x, h.data(), layer_scalar_, size);      tap(obs, layer_, "mlp_residual", x, n, H, H);
+        input_norm_(x, H, a, H, n);                                          tap(obs, layer_, "input_norm", a, n, H, H);
+        attn_.forward(ctx, a, h, obs);                                       // attn.qkv_proj … attn.o_proj
+        post_mix_norm_(h, H, h, H, n);                                       tap(obs, layer_, "post_mix_norm", h, n, H, H);
+        kernels::residual_add(x, h, size);                                   tap(obs, layer_, "attn_residual", x, n, H, H);
+        post_attn_norm_(x, H, a, H, n);                                      tap(obs, layer_, "post_attn_norm", a, n, H, H);
+        mlp_.forward(ctx, a, h, obs);                                        // mlp.gate_up, mlp.act, mlp.down
+        post_ffn_norm_(h, H, h, H, n);                                       tap(obs, layer_, "post_ffn_norm", h, n, H, H);
+        kernels::scaled_residual_add(x, h, layer_scalar_, size);             tap(obs, layer_, "mlp_residual", x, n, H, H);
     }
 
     const Attn& attention() const { return attn_; }

@@ -11,7 +11,6 @@
 #include <gemma4/tensor/weights.hpp>
 
 #include <cstdint>
-#include <vector>
 
 namespace gemma4 {
 inline namespace GEMMA4_ABI {
@@ -25,16 +24,16 @@ public:
     void forward(LayerContext<T>& ctx, const T* x, T* out, Obs& obs) const {
         const std::int64_t n = ctx.tokens.size(), H = gate_.cols(), I = gate_.rows();
         // mlp.gate_up — [gate | up], the spec's fused layout.
-        std::vector<T> gate_up(static_cast<std::size_t>(n * 2 * I));
-        const LinearOut<T> gate_up_proj[] = {{&gate_, {gate_up.data(), 2 * I}}, {&up_, {gate_up.data() + I, 2 * I}}};
+        T* const gate_up = StepScratch<T>::values(ctx.scratch.gate_up, n * 2 * I);
+        const LinearOut<T> gate_up_proj[] = {{&gate_, {gate_up, 2 * I}}, {&up_, {gate_up + I, 2 * I}}};
         linear<T>(std::span<const LinearOut<T>>(gate_up_proj), {x, H}, n, ctx.pool);
-        tap(obs, ctx.layer, "mlp.gate_up", gate_up.data(), n, 2 * I, 2 * I);
+        tap(obs, ctx.layer, "mlp.gate_up", gate_up, n, 2 * I, 2 * I);
         // mlp.act
-        std::vector<T> act(static_cast<std::size_t>(n * I));
-        kernels::gelu_mul_rows(gate_up.data(), n, I, act.data(), ctx.pool);
-        tap(obs, ctx.layer, "mlp.act", act.data(), n, I, I);
+        T* const act = StepScratch<T>::values(ctx.scratch.act, n * I);
+        kernels::gelu_mul_rows(gate_up, n, I, act, ctx.pool);
+        tap(obs, ctx.layer, "mlp.act", act, n, I, I);
         // mlp.down
-        linear<T>(down_, {act.data(), I}, {out, H}, n, ctx.pool);
+        linear<T>(down_, {act, I}, {out, H}, n, ctx.pool);
         tap(obs, ctx.layer, "mlp.down", out, n, H, H);
     }
 

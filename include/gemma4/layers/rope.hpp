@@ -31,10 +31,13 @@ template <class T>
 class RopeTable {
 public:
     RopeTable() = default;
-    RopeTable(std::span<const T> inv_freq, std::span<const std::int64_t> positions)
-        : half_(static_cast<std::int64_t>(inv_freq.size())),
-          cos_(positions.size() * inv_freq.size()),
-          sin_(positions.size() * inv_freq.size()) {
+    RopeTable(std::span<const T> inv_freq, std::span<const std::int64_t> positions) { assign(inv_freq, positions); }
+
+    /// The tables for `positions`, in this table's buffers (no allocation once they are large enough).
+    void assign(std::span<const T> inv_freq, std::span<const std::int64_t> positions) {
+        half_ = static_cast<std::int64_t>(inv_freq.size());
+        cos_.resize(positions.size() * inv_freq.size());
+        sin_.resize(positions.size() * inv_freq.size());
         for (std::size_t t = 0; t < positions.size(); ++t) {
             const T p = static_cast<T>(positions[t]);
             for (std::size_t i = 0; i < inv_freq.size(); ++i) {
@@ -42,6 +45,10 @@ public:
                 sin_[t * inv_freq.size() + i] = std::sin(p * inv_freq[i]);
             }
         }
+    }
+    void reserve(std::size_t values) {
+        cos_.reserve(values);
+        sin_.reserve(values);
     }
 
     /// Rotates `heads` heads of 2 · half() values, head h of token t at x + t · stride + h · 2 · half().
@@ -64,17 +71,40 @@ private:
 template <class T>
 class StepRope {
 public:
-    StepRope(const Gemma4Config& c, std::span<const std::int64_t> positions) {
-        if (c.num_layers_of(AttentionKind::Sliding) > 0)
-            sliding_ = RopeTable<T>(rope_inverse_frequencies<T>(c.geometry(AttentionKind::Sliding)), positions);
-        if (c.num_layers_of(AttentionKind::Full) > 0)
-            full_ = RopeTable<T>(rope_inverse_frequencies<T>(c.geometry(AttentionKind::Full)), positions);
+    StepRope() = default;
+    StepRope(const Gemma4Config& c, std::span<const std::int64_t> positions) { assign(c, positions); }
+
+    /// The tables for `positions` of a model of configuration `c`, in this object's buffers.
+    void assign(const Gemma4Config& c, std::span<const std::int64_t> positions) {
+        prepare(c);
+        if (c.num_layers_of(AttentionKind::Sliding) > 0) sliding_.assign(sliding_freq_, positions);
+        if (c.num_layers_of(AttentionKind::Full) > 0) full_.assign(full_freq_, positions);
+    }
+    /// Room for steps of up to `tokens` positions.
+    void reserve(const Gemma4Config& c, std::int64_t tokens) {
+        prepare(c);
+        sliding_.reserve(static_cast<std::size_t>(tokens) * sliding_freq_.size());
+        full_.reserve(static_cast<std::size_t>(tokens) * full_freq_.size());
     }
 
     const RopeTable<T>& operator[](AttentionKind kind) const { return kind == AttentionKind::Sliding ? sliding_ : full_; }
 
 private:
+    /// The inverse frequencies of each kind, computed once per configuration.
+    void prepare(const Gemma4Config& c) {
+        const LayerGeometry sliding = c.geometry(AttentionKind::Sliding), full = c.geometry(AttentionKind::Full);
+        if (prepared_ && sliding == sliding_geometry_ && full == full_geometry_) return;
+        sliding_freq_ = rope_inverse_frequencies<T>(sliding);
+        full_freq_ = rope_inverse_frequencies<T>(full);
+        sliding_geometry_ = sliding;
+        full_geometry_ = full;
+        prepared_ = true;
+    }
+
     RopeTable<T> sliding_, full_;
+    std::vector<T> sliding_freq_, full_freq_;
+    LayerGeometry sliding_geometry_{}, full_geometry_{};
+    bool prepared_ = false;
 };
 
 }  // namespace GEMMA4_ABI

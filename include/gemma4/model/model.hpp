@@ -16,6 +16,7 @@
 #include <gemma4/layers/mlp.hpp>
 #include <gemma4/layers/observer.hpp>
 #include <gemma4/layers/rms_norm.hpp>
+#include <gemma4/layers/step_scratch.hpp>
 #include <gemma4/model/checkpoint.hpp>
 #include <gemma4/kv/kv_cache.hpp>
 #include <gemma4/model/quantize.hpp>
@@ -162,63 +163,24 @@ public:
     /// The same into `out`, whose buffers are reused: a caller that steps again and again (a
     /// Session, the Engine) keeps one Logits, and a step of as many rows as the last one neither
     /// allocates nor clears its rows × vocabulary values (16 MB at batch 16) before the LM head
-    /// overwrites them.
+    /// overwrites them. The step's working buffers are this call's own.
     template <class Obs = NoObserver>
     void forward_into(std::span<const SequenceChunk> batch, KVCache<T>& cache, const SoftTokens<T>& soft, LogitsMode mode,
                       Logits<T>& out, Obs&& obs = {}) const {
-        const Gemma4Config& c = ck_.config;
-        const std::int64_t H = c.hidden_size;
-        const StepTokens tokens = plan_step(batch, cache, soft);
-        const std::int64_t n = tokens.size();
-
-        // embed — soft tokens replace placeholders unscaled (spec §4.4)
-        std::vector<T> x(static_cast<std::size_t>(n * H));
-        std::int64_t t = 0, soft_row = 0;
-        for (const SequenceChunk& chunk : batch)
-            for (std::int32_t id : chunk.ids) {
-                T* row = x.data() + t * H;
-                if (is_placeholder(id)) {
-                    std::copy_n(soft.rows.data() + soft_row++ * H, H, row);
-                } else {
-                    detail::load_row(ck_.weights.embed_tokens, id, row);
-                    for (std::int64_t i = 0; i < H; ++i) row[i] *= embed_scale_;
-                }
-                ++t;
-            }
-        tap(obs, -1, "embed", x.data(), n, H, H);
-
-        const StepRope<T> rope(c, tokens.pos);
-        for (std::size_t l = 0; l < layers_.size(); ++l) {
-            LayerContext<T> ctx{c, static_cast<int>(l), tokens, cache, *pool_, rope};
-            std::visit([&](const auto& layer) { layer.forward(ctx, x.data(), obs); }, layers_[l]);
-        }
-        for (const SequenceChunk& chunk : batch) cache.advance(chunk.seq, static_cast<std::int64_t>(chunk.ids.size()));
-
-        // final_norm over the rows that get logits
-        std::vector<std::int64_t> rows;
-        std::int64_t end = 0;
-        for (const SequenceChunk& chunk : batch) {
-            const auto len = static_cast<std::int64_t>(chunk.ids.size());
-            if (mode == LogitsMode::All || chunk.all_logits)
-                for (std::int64_t j = 0; j < len; ++j) rows.push_back(end + j);
-            else
-                rows.push_back(end + len - 1);
-            end += len;
-        }
-        const auto r = static_cast<std::int64_t>(rows.size());
-        out.rows = r;
-        out.vocab = c.vocab_size;
-        out.hidden.resize(static_cast<std::size_t>(r * H));
-        T* h = out.hidden.data();
-        for (std::int64_t i = 0; i < r; ++i) final_norm_(x.data() + rows[static_cast<std::size_t>(i)] * H, H, h + i * H, H, 1);
-        tap(obs, -1, "final_norm", h, r, H, H);
-
-        // lm_head: z = h·Eᵀ (tied), logits = cap · tanh(z / cap)
-        out.values.resize(static_cast<std::size_t>(r * c.vocab_size));
-        linear<T>(ck_.weights.embed_tokens, {h, H}, {out.values.data(), c.vocab_size}, r, *pool_);
-        kernels::softcap_rows(out.values.data(), r, c.vocab_size, static_cast<T>(c.final_logit_softcapping), *pool_);
-        tap(obs, -1, "lm_head", out.values.data(), r, c.vocab_size, c.vocab_size);
+        StepScratch<T> scratch;
+        step(batch, cache, soft, mode, out, scratch, obs);
     }
+
+    /// The same in the caller's working buffers too: a step no larger than one `scratch` has
+    /// seen (or was reserved for, make_scratch) allocates nothing.
+    void forward_into(std::span<const SequenceChunk> batch, KVCache<T>& cache, const SoftTokens<T>& soft, LogitsMode mode,
+                      Logits<T>& out, StepScratch<T>& scratch) const {
+        NoObserver obs;
+        step(batch, cache, soft, mode, out, scratch, obs);
+    }
+
+    /// Working buffers for steps of up to `tokens` ids, allocated now.
+    StepScratch<T> make_scratch(std::int64_t tokens) const { return StepScratch<T>(ck_.config, tokens); }
 
     /// One sequence's next ids.
     template <class Obs = NoObserver>
@@ -237,16 +199,84 @@ public:
     }
 
 private:
-    /// Validates the step and lays out its tokens; reserves cache pages.
-    StepTokens plan_step(std::span<const SequenceChunk> batch, KVCache<T>& cache, const SoftTokens<T>& soft) const {
+    /// embed → layers → final_norm → lm_head, one statement per spec node; the loops are in kernels/.
+    template <class Obs>
+    void step(std::span<const SequenceChunk> batch, KVCache<T>& cache, const SoftTokens<T>& soft, LogitsMode mode, Logits<T>& out,
+              StepScratch<T>& scratch, Obs& obs) const {
+        const Gemma4Config& c = ck_.config;
+        const std::int64_t H = c.hidden_size;
+        const StepTokens& tokens = plan_step(batch, cache, soft, scratch);
+        const std::int64_t n = tokens.size();
+        T* const x = StepScratch<T>::values(scratch.x, n * H);
+
+        embed(batch, soft, x);                                                   tap(obs, -1, "embed", x, n, H, H);
+        scratch.rope.assign(c, tokens.pos);
+        for (std::size_t l = 0; l < layers_.size(); ++l) {
+            LayerContext<T> ctx{c, static_cast<int>(l), tokens, cache, *pool_, scratch.rope, scratch};
+            std::visit([&](const auto& layer) { layer.forward(ctx, x, obs); }, layers_[l]);
+        }
+        for (const SequenceChunk& chunk : batch) cache.advance(chunk.seq, static_cast<std::int64_t>(chunk.ids.size()));
+
+        const std::int64_t r = logit_rows(batch, mode, scratch.logit_rows);
+        out.rows = r;
+        out.vocab = c.vocab_size;
+        out.hidden.resize(static_cast<std::size_t>(r * H));
+        T* const h = out.hidden.data();
+        for (std::int64_t i = 0; i < r; ++i) final_norm_(x + scratch.logit_rows[static_cast<std::size_t>(i)] * H, H, h + i * H, H, 1);
+        tap(obs, -1, "final_norm", h, r, H, H);
+        // lm_head: z = h·Eᵀ (tied), logits = cap · tanh(z / cap)
+        out.values.resize(static_cast<std::size_t>(r * c.vocab_size));
+        linear<T>(ck_.weights.embed_tokens, {h, H}, {out.values.data(), c.vocab_size}, r, *pool_);
+        kernels::softcap_rows(out.values.data(), r, c.vocab_size, static_cast<T>(c.final_logit_softcapping), *pool_);
+        tap(obs, -1, "lm_head", out.values.data(), r, c.vocab_size, c.vocab_size);
+    }
+
+    /// embed — each id's row scaled by √H; soft tokens replace placeholders unscaled (spec §4.4).
+    void embed(std::span<const SequenceChunk> batch, const SoftTokens<T>& soft, T* x) const {
+        const std::int64_t H = ck_.config.hidden_size;
+        std::int64_t t = 0, soft_row = 0;
+        for (const SequenceChunk& chunk : batch)
+            for (std::int32_t id : chunk.ids) {
+                T* row = x + t++ * H;
+                if (is_placeholder(id)) {
+                    std::copy_n(soft.rows.data() + soft_row++ * H, H, row);
+                } else {
+                    detail::load_row(ck_.weights.embed_tokens, id, row);
+                    for (std::int64_t i = 0; i < H; ++i) row[i] *= embed_scale_;
+                }
+            }
+    }
+
+    /// The rows of the step that get logits (every id, or each chunk's last unless it asks for
+    /// all), into `rows`; returns their count.
+    static std::int64_t logit_rows(std::span<const SequenceChunk> batch, LogitsMode mode, std::vector<std::int64_t>& rows) {
+        rows.clear();
+        std::int64_t end = 0;
+        for (const SequenceChunk& chunk : batch) {
+            const auto len = static_cast<std::int64_t>(chunk.ids.size());
+            if (mode == LogitsMode::All || chunk.all_logits)
+                for (std::int64_t j = 0; j < len; ++j) rows.push_back(end + j);
+            else
+                rows.push_back(end + len - 1);
+            end += len;
+        }
+        return static_cast<std::int64_t>(rows.size());
+    }
+
+    /// Validates the step and lays out its tokens in scratch.tokens; reserves cache pages.
+    const StepTokens& plan_step(std::span<const SequenceChunk> batch, KVCache<T>& cache, const SoftTokens<T>& soft,
+                                StepScratch<T>& scratch) const {
         const Gemma4Config& c = ck_.config;
         if (batch.empty()) throw InvalidArgument("forward: empty batch");
-        std::set<SeqId> seen;
-        StepTokens tokens;
+        std::vector<SeqId>& seen = scratch.seen;
+        seen.clear();
+        StepTokens& tokens = scratch.tokens;
+        tokens.clear();
         for (const SequenceChunk& chunk : batch) {
             if (chunk.ids.empty()) throw InvalidArgument("forward: empty id list for sequence " + std::to_string(chunk.seq));
-            if (!seen.insert(chunk.seq).second)
+            if (std::find(seen.begin(), seen.end(), chunk.seq) != seen.end())
                 throw InvalidArgument("forward: sequence " + std::to_string(chunk.seq) + " appears twice in one step");
+            seen.push_back(chunk.seq);
             for (std::size_t j = 0; j < chunk.ids.size(); ++j)
                 if (chunk.ids[j] < 0 || chunk.ids[j] >= c.vocab_size)
                     throw InvalidArgument("token id " + std::to_string(chunk.ids[j]) + " at index " + std::to_string(j) +

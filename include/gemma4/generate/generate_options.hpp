@@ -1,0 +1,82 @@
+// What a generation call is asked for (GenerateOptions) and what it gives back
+// (GenerationResult, FinishReason, GenerationStats): shared by Session, ChatSession and the Engine.
+#pragma once
+
+#include <gemma4/abi.hpp>
+
+#include <gemma4/config.hpp>
+#include <gemma4/generate/sampler.hpp>
+#include <gemma4/generate/speculative.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gemma4 {
+inline namespace GEMMA4_ABI {
+
+enum class FinishReason : std::uint8_t { EndToken, StopId, StopString, MaxTokens, ContextFull, Cancelled };
+
+constexpr std::string_view finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::EndToken: return "end token";
+        case FinishReason::StopId: return "stop id";
+        case FinishReason::StopString: return "stop string";
+        case FinishReason::MaxTokens: return "max tokens";
+        case FinishReason::ContextFull: return "context full";
+        case FinishReason::Cancelled: return "cancelled";
+    }
+    return "?";
+}
+
+struct GenerationStats {
+    std::int64_t prompt_tokens = 0;     ///< ids prefilled by this call
+    std::int64_t generated_tokens = 0;  ///< ids sampled by this call
+    double prompt_seconds = 0;          ///< prefill time
+    double generation_seconds = 0;      ///< time spent after the first token
+    double time_to_first_token = 0;     ///< from the call to the first sampled id
+    // Speculative decoding (GenerateOptions::speculative):
+    std::int64_t drafted_tokens = 0;   ///< ids the drafter proposed and the target verified
+    std::int64_t accepted_tokens = 0;  ///< of those, ids the target sampled too (emitted)
+    std::int64_t decode_steps = 0;     ///< forward steps after the prefill
+
+    /// accepted / drafted (0 without drafts).
+    double acceptance_rate() const { return drafted_tokens ? static_cast<double>(accepted_tokens) / static_cast<double>(drafted_tokens) : 0; }
+
+    double prompt_tokens_per_s() const { return prompt_seconds > 0 ? static_cast<double>(prompt_tokens) / prompt_seconds : 0; }
+    double generation_tokens_per_s() const {
+        return generation_seconds > 0 && generated_tokens > 1 ? static_cast<double>(generated_tokens - 1) / generation_seconds : 0;
+    }
+};
+
+struct GenerationResult {
+    std::vector<std::int32_t> ids;  ///< sampled ids, the end token or stop id included when reached
+    std::string text;               ///< their text, cut before a stop string
+    FinishReason finish = FinishReason::MaxTokens;
+    GenerationStats stats;
+};
+
+struct GenerateOptions {
+    std::int64_t max_new_tokens = 256;
+    SamplingParams sampling{};
+    std::vector<std::int32_t> end_ids{};    ///< empty: the model's eos ids (config.json)
+    std::vector<std::int32_t> stop_ids{};   ///< further ids that end generation
+    std::vector<std::string> stop_strings{};
+    /// Called for every sampled id with the text that became complete (may be empty). Return
+    /// false to stop (FinishReason::Cancelled).
+    std::function<bool(std::int32_t id, std::string_view text)> on_token{};
+    /// Checked before every step; set from any thread to cancel.
+    const std::atomic<bool>* cancel = nullptr;
+    /// Prefill feeds at most this many ids per forward step.
+    std::int64_t prefill_chunk = 512;
+    /// A drafter and its draft lengths: several ids per forward step, same output.
+    SpeculativeOptions speculative{};
+};
+
+}  // namespace GEMMA4_ABI
+}  // namespace gemma4
