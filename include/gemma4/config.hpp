@@ -231,7 +231,7 @@ constexpr std::int64_t parameter_count(const Gemma4Config& c) {
 /// type given a constexpr configuration instead (Model<float, kGemma4_12B>) loads only
 /// checkpoints whose config.json equals it, and says which fields differ. (Its sizes were once
 /// also constants of the attention kernels; that bought no measurable time, see
-/// docs/performance.md "Fixed configuration", and was taken out.)
+/// docs/perf-log/ "Fixed configuration", and was taken out.)
 inline constexpr Gemma4Config kConfigFromCheckpoint{};
 
 /// Whether a model type's configuration parameter fixes the configuration at compile time.

@@ -34,6 +34,14 @@ nlohmann::json bench_json(const std::string& args) {
     return nlohmann::json::parse(r.out);
 }
 
+/// The sum of the run's decode step times.
+double decode_seconds(const nlohmann::json& j) {
+    double s = 0;
+    for (const auto& step : j["decode_step_s"]) s += step.get<double>();
+    REQUIRE(s > 0);
+    return s;
+}
+
 }  // namespace
 
 TEST_CASE("bench --weights q8_0 / q4_0 loads a GGUF file it wrote, times the load, and deletes the file", "[cli][bench][gguf]") {
@@ -46,8 +54,9 @@ TEST_CASE("bench --weights q8_0 / q4_0 loads a GGUF file it wrote, times the loa
         CHECK(j["gguf_matches_in_memory"] == true);
         CHECK(j["gguf_file_bytes"].get<double>() > 0);
         CHECK(j["gguf_load_s"].get<double>() > 0);
-        CHECK(j["gguf_load_bytes_per_s"].get<double>() > 0);
-        CHECK(j["decode_tokens_per_s"].get<double>() > 0);
+        // The rates are the counts over the times that the same run reports.
+        CHECK(j["gguf_load_bytes_per_s"].get<double>() == Approx(j["gguf_file_bytes"].get<double>() / j["gguf_load_s"].get<double>()));
+        CHECK(j["decode_tokens_per_s"].get<double>() == Approx(j["gen_tokens"].get<double>() / decode_seconds(j)));
         CHECK(std::filesystem::is_empty(dir));  // the scratch file is gone
     }
     // --keep-gguf keeps it, and it is a GGUF file of the tiny shapes with Q4_0 matrices.
@@ -192,7 +201,8 @@ TEST_CASE("bench --batch B: B sequences per step against one decoding alone, the
     CHECK(step_bytes == Approx(one["weight_bytes_per_step_computed"].get<double>()));
     CHECK(j["weight_bytes_per_token_computed"].get<double>() == Approx(step_bytes / 4));
     const double batch = j["decode_tokens_per_s"].get<double>(), alone = j["alone_decode_tokens_per_s"].get<double>();
-    CHECK(batch > 0);
+    // B sequences' ids over the steps' times of the same run; the lone sequence is timed apart.
+    CHECK(batch == Approx(4 * j["gen_tokens"].get<double>() / decode_seconds(j)));
     CHECK(alone > 0);
     CHECK(j["batch_speedup"].get<double>() == Approx(batch / alone));
     // Counted after the B prompts (before the lone sequence's): B prompts' K/V against one.

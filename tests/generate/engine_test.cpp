@@ -10,6 +10,7 @@
 #include <gemma4/tokenizer/tiny_tokenizer.hpp>
 
 #include "support/temp_dir.hpp"
+#include "support/tiny_model.hpp"
 
 #include <atomic>
 #include <fstream>
@@ -33,12 +34,7 @@ struct Fixture {
 
 const Fixture& fixture() {
     static const Fixture f = [] {
-        const auto dir = test::temp_dir("engine_model");
-        const TinyTokenizerInfo info = write_tiny_tokenizer(dir / "tokenizer");
-        Gemma4Config c = tiny_config();
-        adopt_tiny_tokenizer(c, info);
-        c.max_position_embeddings = 256;
-        write_random_checkpoint(dir, c, {.seed = 23});
+        const auto [dir, info] = test::write_tiny_model("engine_model", 23, 256);
         LoadOptions int8;
         int8.format = WeightFormat::Int8;
         return Fixture{dir, info, Tokenizer::from_file(info.tokenizer_json), Model<float>::load(dir, ModelOptions{2}),

@@ -224,8 +224,9 @@ TEST_CASE("min-p drops tokens below min_p times the best probability", "[sampler
 TEST_CASE("penalties change exactly the logits they should", "[sampler]") {
     const std::vector<float> original{2.0f, -2.0f, 3.0f, -1.0f, 0.5f, 4.0f};
     gemma4::detail::TokenHistory history;
-    history.seen = {0, 1, 2};  // prompt 0, 1; generated 2 (three times)
-    history.generated_counts = {{2, 3}};
+    history.see(0);  // prompt 0, 1; generated 2 (three times)
+    history.see(1);
+    for (int i = 0; i < 3; ++i) history.generate(2);
 
     SECTION("repetition penalty: positive divided, negative multiplied, prompt and reply alike") {
         auto scores = original;
@@ -256,7 +257,7 @@ TEST_CASE("penalties change exactly the logits they should", "[sampler]") {
         CHECK(scores == std::vector<float>{2.0f, kNegInf, 3.0f, -1.0f, 0.5f, kNegInf});
     }
     SECTION("a history id outside the vocabulary is an error") {
-        history.seen.insert(6);
+        history.see(6);
         auto scores = original;
         REQUIRE_THROWS_AS(gemma4::detail::apply_penalties(scores, {.repetition_penalty = 1.5}, history),
                           InvalidArgument);

@@ -528,9 +528,10 @@ int run(cli::Args& args) {
 
         say("decode " + std::to_string(G) + " steps of " + std::to_string(B) + " sequence(s) ...");
         std::vector<std::int32_t> next(static_cast<std::size_t>(B + alone));
-        // Each kind of step keeps its logits between steps, as a Session and the Engine do
-        // (Model::forward_into), so the steps neither allocate nor clear B × vocabulary floats.
+        // Each kind of step keeps its logits and working buffers between steps, as a Session and
+        // the Engine do (Model::forward_into with a StepScratch), so the steps allocate nothing.
         Logits<float> batch_logits, alone_logits;
+        StepScratch<float> batch_scratch = model.make_scratch(B), alone_scratch = model.make_scratch(1);
         for (std::int64_t g = 0; g < G; ++g) {
             std::vector<SequenceChunk> step;
             for (std::int64_t b = 0; b < B + alone; ++b) {
@@ -539,12 +540,13 @@ int run(cli::Args& args) {
                 step.push_back({seqs[static_cast<std::size_t>(b)], std::span<const std::int32_t>(&next[static_cast<std::size_t>(b)], 1)});
             }
             t0 = Clock::now();
-            model.forward_into(std::span<const SequenceChunk>(step.data(), static_cast<std::size_t>(B)), cache, {}, LogitsMode::Last, batch_logits);
+            model.forward_into(std::span<const SequenceChunk>(step.data(), static_cast<std::size_t>(B)), cache, {}, LogitsMode::Last, batch_logits,
+                               batch_scratch);
             step_s.push_back(seconds_since(t0));
             decode_s += step_s.back();
             if (alone) {
                 t0 = Clock::now();
-                model.forward_into(std::span<const SequenceChunk>(&step.back(), 1), cache, {}, LogitsMode::Last, alone_logits);
+                model.forward_into(std::span<const SequenceChunk>(&step.back(), 1), cache, {}, LogitsMode::Last, alone_logits, alone_scratch);
                 alone_s += seconds_since(t0);
             }
             pass_s.push_back(probe.pass_seconds());

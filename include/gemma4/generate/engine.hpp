@@ -1036,7 +1036,7 @@ private:
             }
         }
         if (job.running) release(job);
-        collect(job);
+        job.gen->hand_over(r.ids, r.text, r.stats, job.submitted);
         {
             std::lock_guard lock(mutex_);
             ++stats_.requests_finished;
@@ -1070,21 +1070,6 @@ private:
             count_prefix(job);  // it never took its prefix: a miss
         }
         release_followers(job.shared->id);
-    }
-
-    /// Moves what the job's generation produced into its result.
-    static void collect(Job& job) {
-        EngineResult& r = job.result;
-        detail::Generation<T>& gen = *job.gen;
-        r.ids = std::move(gen.ids());
-        r.text = std::move(gen.text());
-        r.stats.generated_tokens = static_cast<std::int64_t>(r.ids.size());
-        r.stats.drafted_tokens = gen.drafted();
-        r.stats.accepted_tokens = gen.accepted();
-        if (const auto first = gen.first_token_time()) {
-            r.stats.time_to_first_token = std::chrono::duration<double>(*first - job.submitted).count();
-            r.stats.generation_seconds = std::chrono::duration<double>(clock::now() - *first).count();
-        }
     }
 
     /// Copies the scheduler's state into the snapshot stats() returns.

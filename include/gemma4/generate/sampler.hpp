@@ -21,8 +21,6 @@
 #include <limits>
 #include <span>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -45,15 +43,60 @@ struct SamplingParams {
 namespace detail {
 
 /// The token ids the penalties look at: every id of the prompt and of the reply so far (for the
-/// repetition penalty) and how often each id was generated (for presence/frequency).
-struct TokenHistory {
-    std::unordered_set<std::int32_t> seen;
-    std::unordered_map<std::int32_t, std::int32_t> generated_counts;
-
-    void clear() {
-        seen.clear();
-        generated_counts.clear();
+/// repetition penalty) and how often each id was generated (for presence/frequency). Dense
+/// tables indexed by id plus the list of ids in them, so that recording an id allocates nothing
+/// once reserve() has sized them for the vocabulary.
+class TokenHistory {
+public:
+    /// Records an id of the prompt or the reply.
+    void see(std::int32_t id) {
+        grow(id);
+        if (!seen_flag_[static_cast<std::size_t>(id)]) {
+            seen_flag_[static_cast<std::size_t>(id)] = 1;
+            seen_.push_back(id);
+        }
     }
+    /// Records an id of the reply (see() it as well).
+    void generate(std::int32_t id) {
+        see(id);
+        if (count_[static_cast<std::size_t>(id)]++ == 0) generated_.push_back(id);
+    }
+    /// Distinct ids seen, in the order first seen.
+    const std::vector<std::int32_t>& seen() const { return seen_; }
+    /// Distinct ids generated, in the order first generated.
+    const std::vector<std::int32_t>& generated() const { return generated_; }
+    std::int32_t generated_count(std::int32_t id) const {
+        return static_cast<std::size_t>(id) < count_.size() ? count_[static_cast<std::size_t>(id)] : 0;
+    }
+    /// Room for every id below `vocab`.
+    void reserve(std::size_t vocab) {
+        if (seen_flag_.size() < vocab) {
+            seen_flag_.resize(vocab);
+            count_.resize(vocab);
+        }
+        seen_.reserve(vocab);
+        generated_.reserve(vocab);
+    }
+    void clear() {
+        for (const std::int32_t id : seen_) seen_flag_[static_cast<std::size_t>(id)] = 0;
+        for (const std::int32_t id : generated_) count_[static_cast<std::size_t>(id)] = 0;
+        seen_.clear();
+        generated_.clear();
+    }
+
+private:
+    void grow(std::int32_t id) {
+        const auto need = static_cast<std::size_t>(id) + 1;
+        if (seen_flag_.size() < need) {
+            const std::size_t size = std::max(need, 2 * seen_flag_.size());
+            seen_flag_.resize(size);
+            count_.resize(size);
+        }
+    }
+
+    std::vector<std::uint8_t> seen_flag_;
+    std::vector<std::int32_t> count_;
+    std::vector<std::int32_t> seen_, generated_;
 };
 
 inline void check_token_id(std::int32_t id, std::size_t vocab, const char* what) {
@@ -68,7 +111,7 @@ inline void apply_penalties(std::span<float> scores, const SamplingParams& param
                             const TokenHistory& history) {
     if (params.repetition_penalty != 1.0) {
         const double penalty = params.repetition_penalty;
-        for (const std::int32_t id : history.seen) {
+        for (const std::int32_t id : history.seen()) {
             check_token_id(id, scores.size(), "seen");
             float& s = scores[static_cast<std::size_t>(id)];
             // Dividing a negative logit would raise it; HF multiplies so both signs move down.
@@ -76,7 +119,8 @@ inline void apply_penalties(std::span<float> scores, const SamplingParams& param
         }
     }
     if (params.presence_penalty != 0.0 || params.frequency_penalty != 0.0) {
-        for (const auto& [id, count] : history.generated_counts) {
+        for (const std::int32_t id : history.generated()) {
+            const std::int32_t count = history.generated_count(id);
             check_token_id(id, scores.size(), "generated");
             float& s = scores[static_cast<std::size_t>(id)];
             s = static_cast<float>(s - params.presence_penalty - params.frequency_penalty * count);
@@ -128,6 +172,54 @@ inline std::size_t argmax_checked(std::span<const float> scores) {
     return best;
 }
 
+/// The k most likely of `scores` into `out`, most likely first (lower ids win ties). A min-heap
+/// of the k best seen so far: most tokens fail the single comparison with its root, so this is
+/// one pass over the vocabulary with no index buffer and no sort of it.
+inline void top_k_candidates(std::span<const float> scores, std::size_t k, std::vector<Candidate>& out) {
+    out.reserve(k);
+    for (std::size_t i = 0; i < scores.size(); ++i) {
+        const float s = scores[i];
+        if (s == -std::numeric_limits<float>::infinity()) continue;
+        if (out.size() < k) {
+            out.push_back({static_cast<std::int32_t>(i), s, 0.0});
+            std::push_heap(out.begin(), out.end(), more_likely);
+        } else if (s > out.front().score) {  // ids ascend, so an equal score never wins
+            std::pop_heap(out.begin(), out.end(), more_likely);
+            out.back() = {static_cast<std::int32_t>(i), s, 0.0};
+            std::push_heap(out.begin(), out.end(), more_likely);
+        }
+    }
+    std::sort(out.begin(), out.end(), more_likely);
+}
+
+/// Keeps the smallest most-likely-first prefix of `out` whose weight reaches top_p of the total.
+/// The first `sorted` candidates are already in order; the rest is sorted only as far as the
+/// nucleus reaches, in nth_element chunks.
+inline void keep_nucleus(std::vector<Candidate>& out, double top_p, std::size_t sorted) {
+    double total = 0.0;
+    for (const auto& c : out) total += c.weight;
+    const double target = top_p * total;
+    std::size_t chunk = 1024;
+    double mass = 0.0;
+    std::size_t keep = out.size();
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        if (i == sorted) {
+            const std::size_t end = std::min(out.size(), sorted + chunk);
+            std::nth_element(out.begin() + static_cast<std::ptrdiff_t>(sorted), out.begin() + static_cast<std::ptrdiff_t>(end - 1),
+                             out.end(), more_likely);
+            std::sort(out.begin() + static_cast<std::ptrdiff_t>(sorted), out.begin() + static_cast<std::ptrdiff_t>(end), more_likely);
+            sorted = end;
+            chunk *= 4;
+        }
+        mass += out[i].weight;
+        if (mass >= target) {
+            keep = i + 1;
+            break;
+        }
+    }
+    out.resize(keep);
+}
+
 /// The candidates that survive temperature, top-k, top-p and min-p, with their weights.
 /// Requires temperature > 0. When top_p or top_k is on, `out` is ordered most likely first.
 inline void filter_candidates(std::span<const float> scores, const SamplingParams& params,
@@ -145,23 +237,7 @@ inline void filter_candidates(std::span<const float> scores, const SamplingParam
     out.clear();
     const bool top_k_on = params.top_k > 0 && static_cast<std::size_t>(params.top_k) < vocab;
     if (top_k_on) {
-        // A min-heap of the k best seen so far: most tokens fail the single comparison with its
-        // root, so this is one pass over the vocabulary with no index buffer and no sort of it.
-        const auto k = static_cast<std::size_t>(params.top_k);
-        out.reserve(k);
-        for (std::size_t i = 0; i < vocab; ++i) {
-            const float s = scores[i];
-            if (s == -std::numeric_limits<float>::infinity()) continue;
-            if (out.size() < k) {
-                out.push_back({static_cast<std::int32_t>(i), s, 0.0});
-                std::push_heap(out.begin(), out.end(), more_likely);
-            } else if (s > out.front().score) {  // ids ascend, so an equal score never wins
-                std::pop_heap(out.begin(), out.end(), more_likely);
-                out.back() = {static_cast<std::int32_t>(i), s, 0.0};
-                std::push_heap(out.begin(), out.end(), more_likely);
-            }
-        }
-        std::sort(out.begin(), out.end(), more_likely);
+        top_k_candidates(scores, static_cast<std::size_t>(params.top_k), out);
         for (auto& c : out) c.weight = weight_of(c.score);
     } else {
         out.reserve(vocab);
@@ -174,35 +250,7 @@ inline void filter_candidates(std::span<const float> scores, const SamplingParam
     // Weights that underflow to 0 can never be drawn; dropping them keeps the lists short.
     out.erase(std::remove_if(out.begin(), out.end(), [](const Candidate& c) { return c.weight <= 0.0; }),
               out.end());
-
-    if (params.top_p < 1.0) {
-        double total = 0.0;
-        for (const auto& c : out) total += c.weight;
-        const double target = params.top_p * total;
-        // Sort only as far as the nucleus reaches: grow a sorted prefix by nth_element chunks.
-        std::size_t sorted = top_k_on ? out.size() : 0;
-        std::size_t chunk = 1024;
-        double mass = 0.0;
-        std::size_t keep = out.size();
-        for (std::size_t i = 0; i < out.size(); ++i) {
-            if (i == sorted) {
-                const std::size_t end = std::min(out.size(), sorted + chunk);
-                std::nth_element(out.begin() + static_cast<std::ptrdiff_t>(sorted),
-                                 out.begin() + static_cast<std::ptrdiff_t>(end - 1), out.end(), more_likely);
-                std::sort(out.begin() + static_cast<std::ptrdiff_t>(sorted),
-                          out.begin() + static_cast<std::ptrdiff_t>(end), more_likely);
-                sorted = end;
-                chunk *= 4;
-            }
-            mass += out[i].weight;
-            if (mass >= target) {
-                keep = i + 1;
-                break;
-            }
-        }
-        out.resize(keep);
-    }
-
+    if (params.top_p < 1.0) keep_nucleus(out, params.top_p, top_k_on ? out.size() : 0);
     if (params.min_p > 0.0) {
         // The best token has weight exp(0) = 1, so min_p × p_best is min_p in weight units.
         out.erase(std::remove_if(out.begin(), out.end(),
@@ -247,15 +295,14 @@ public:
         history_.clear();
         for (const std::int32_t id : prompt_ids) {
             check_non_negative(id);
-            history_.seen.insert(id);
+            history_.see(id);
         }
     }
 
     /// Records a token that became part of the reply.
     void accept(std::int32_t id) {
         check_non_negative(id);
-        history_.seen.insert(id);
-        ++history_.generated_counts[id];
+        history_.generate(id);
     }
 
     /// The random generator's state, to continue its sequence in another Sampler (a Session
@@ -272,6 +319,7 @@ public:
     /// The next token for these logits (one per vocabulary entry). Does not accept() it.
     std::int32_t sample(std::span<const float> logits) {
         std::span<const float> scores = logits;
+        history_.reserve(logits.size());  // once: later ids are recorded without allocating
         if (needs_transform()) {
             transformed_.assign(logits.begin(), logits.end());
             detail::apply_penalties(transformed_, params_, history_);

@@ -68,15 +68,7 @@ public:
             throw;
         }
         keep_state(gen);
-        result.ids = std::move(gen.ids());
-        result.text = std::move(gen.text());
-        result.stats.generated_tokens = static_cast<std::int64_t>(result.ids.size());
-        result.stats.drafted_tokens = gen.drafted();
-        result.stats.accepted_tokens = gen.accepted();
-        if (const auto first = gen.first_token_time()) {
-            result.stats.time_to_first_token = std::chrono::duration<double>(*first - start).count();
-            result.stats.generation_seconds = std::chrono::duration<double>(clock::now() - *first).count();
-        }
+        gen.hand_over(result.ids, result.text, result.stats, start);
         return result;
     }
 

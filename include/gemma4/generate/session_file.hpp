@@ -222,22 +222,10 @@ void write_session_file(const std::filesystem::path& path, const Gemma4Config& c
     if (ec) throw IoError(file + ": cannot replace it with " + tmp.string() + ": " + ec.message());
 }
 
-template <class T>
-SessionFileContents<T> read_session_file(const std::filesystem::path& path, const Gemma4Config& config, const KVCacheOptions& cache_options,
-                                         SessionFileKind expected) {
-    const std::string file = path.string();
-    require_little_endian(file);
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw IoError(file + ": cannot open");
-    in.seekg(0, std::ios::end);
-    const std::streamoff end = in.tellg();
-    in.seekg(0);
-    if (end < 0 || !in) throw IoError(file + ": cannot read its size");
-    const auto size = static_cast<std::uint64_t>(end);
+/// A session file's header and config, read and checked against the file's `size`: FormatError
+/// for a bad one (the payload is not read yet).
+inline SessionHeader read_session_header(std::istream& in, const std::string& file, std::uint64_t size, std::string& config_json) {
     const auto fail = [&](const std::string& what) { throw FormatError(file + ": " + what); };
-    if (size < kSessionHeaderBytes)
-        fail("truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(kSessionHeaderBytes) + "-byte header");
-
     std::array<std::byte, kSessionHeaderBytes> raw;
     in.read(reinterpret_cast<char*>(raw.data()), kSessionHeaderBytes);
     if (!in) throw IoError(file + ": read failed");
@@ -250,7 +238,7 @@ SessionFileContents<T> read_session_file(const std::filesystem::path& path, cons
     if (h.config_bytes > kSessionMaxConfigBytes || h.config_bytes > size - kSessionHeaderBytes)
         fail("header: a config of " + std::to_string(h.config_bytes) + " bytes does not fit (file of " + std::to_string(size) +
              " bytes, at most " + std::to_string(kSessionMaxConfigBytes) + ")");
-    std::string config_json(h.config_bytes, '\0');
+    config_json.assign(h.config_bytes, '\0');
     in.read(config_json.data(), static_cast<std::streamsize>(h.config_bytes));
     if (!in) throw IoError(file + ": read failed");
     h.header_checksum = load_le<std::uint64_t>(raw.data() + 48);
@@ -274,8 +262,14 @@ SessionFileContents<T> read_session_file(const std::filesystem::path& path, cons
              " bytes, the header describes " +
              (h.payload_bytes > size - described ? std::to_string(described) + " + " + std::to_string(h.payload_bytes)
                                                  : std::to_string(described + h.payload_bytes)));
+    return h;
+}
 
-    // The file is whole; is it this model's?
+/// InvalidArgument or ConfigError unless the file `h` describes is for this model, scalar type,
+/// KV dtype and session kind.
+template <class T>
+void check_session_model(const SessionHeader& h, const std::string& file, const std::string& config_json, const Gemma4Config& config,
+                         const KVCacheOptions& cache_options, SessionFileKind expected) {
     if (h.scalar_bytes != sizeof(T))
         throw InvalidArgument(file + ": saved from a model computing in " + scalar_name(h.scalar_bytes) + ", this one computes in " +
                               scalar_name(sizeof(T)));
@@ -290,6 +284,50 @@ SessionFileContents<T> read_session_file(const std::filesystem::path& path, cons
     if (static_cast<SessionFileKind>(h.kind) != expected)
         throw InvalidArgument(file + ": holds " + session_kind_name(static_cast<SessionFileKind>(h.kind)) + "; load it into " +
                               session_kind_name(static_cast<SessionFileKind>(h.kind)) + ", not " + session_kind_name(expected));
+}
+
+/// The chat's own state after the session's fields (ChatSession files).
+inline ChatState read_chat_state(BinaryReader& r) {
+        ChatState c;
+        c.first_turn = r.boolean("chat.first_turn");
+        c.options.add_generation_prompt = r.boolean("chat.add_generation_prompt");
+        c.options.enable_thinking = r.boolean("chat.enable_thinking");
+        c.options.keep_thoughts = r.boolean("chat.keep_thoughts");
+        c.last_reply = r.string("chat.last_reply", r.left());
+        const std::uint64_t n = r.count("chat.pending_messages", r.left() / 16, 16);
+        for (std::uint64_t i = 0; i < n; ++i) {
+            ChatMessage m;
+            m.role = r.string("chat.pending_messages.role", 16);
+            try {
+                (void)detail::chat_role(m.role, static_cast<std::size_t>(i), "chat.pending_messages");
+            } catch (const InvalidArgument& e) {
+                r.fail(e.what());
+            }
+            m.content = r.string("chat.pending_messages.content", r.left());
+            c.pending_messages.push_back(std::move(m));
+        }
+    return c;
+}
+
+template <class T>
+SessionFileContents<T> read_session_file(const std::filesystem::path& path, const Gemma4Config& config, const KVCacheOptions& cache_options,
+                                         SessionFileKind expected) {
+    const std::string file = path.string();
+    require_little_endian(file);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw IoError(file + ": cannot open");
+    in.seekg(0, std::ios::end);
+    const std::streamoff end = in.tellg();
+    in.seekg(0);
+    if (end < 0 || !in) throw IoError(file + ": cannot read its size");
+    const auto size = static_cast<std::uint64_t>(end);
+    if (size < kSessionHeaderBytes)
+        throw FormatError(file + ": truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(kSessionHeaderBytes) +
+                          "-byte header");
+    std::string config_json;
+    const SessionHeader h = read_session_header(in, file, size, config_json);
+    // The file is whole; is it this model's?
+    check_session_model<T>(h, file, config_json, config, cache_options, expected);
 
     BinaryReader r(in, file, h.payload_bytes);
     SessionFileContents<T> s{KVCache<T>(config, cache_options), -1, {}, {}, {}, std::nullopt};
@@ -311,27 +349,7 @@ SessionFileContents<T> read_session_file(const std::filesystem::path& path, cons
                std::to_string(s.pending.size()) + " are pending");
     if (!std::equal(s.pending.begin(), s.pending.end(), s.history.end() - static_cast<std::ptrdiff_t>(s.pending.size())))
         r.fail("pending: the pending ids are not the last ids of the history");
-    if (expected == SessionFileKind::Chat) {
-        ChatState c;
-        c.first_turn = r.boolean("chat.first_turn");
-        c.options.add_generation_prompt = r.boolean("chat.add_generation_prompt");
-        c.options.enable_thinking = r.boolean("chat.enable_thinking");
-        c.options.keep_thoughts = r.boolean("chat.keep_thoughts");
-        c.last_reply = r.string("chat.last_reply", r.left());
-        const std::uint64_t n = r.count("chat.pending_messages", r.left() / 16, 16);
-        for (std::uint64_t i = 0; i < n; ++i) {
-            ChatMessage m;
-            m.role = r.string("chat.pending_messages.role", 16);
-            try {
-                (void)detail::chat_role(m.role, static_cast<std::size_t>(i), "chat.pending_messages");
-            } catch (const InvalidArgument& e) {
-                r.fail(e.what());
-            }
-            m.content = r.string("chat.pending_messages.content", r.left());
-            c.pending_messages.push_back(std::move(m));
-        }
-        s.chat = std::move(c);
-    }
+    if (expected == SessionFileKind::Chat) s.chat = read_chat_state(r);
     if (r.left() != 0) r.fail("payload: " + std::to_string(r.left()) + " bytes after the last field");
     if (r.checksum() != h.payload_checksum) r.fail("payload checksum mismatch: the file is corrupted");
     return s;

@@ -32,6 +32,9 @@ namespace gemma4::inline GEMMA4_ABI::kernels {
 
 /// Key positions per span: the unit of work and of the merge.
 inline constexpr std::int64_t kAttnSpan = 2048;
+/// Query heads per kv head that the score buffers are sized for at first use (more still work;
+/// the buffer then grows once more).
+inline constexpr std::int64_t kMaxGroup = 16;
 
 namespace detail_attn {
 
@@ -312,7 +315,10 @@ void attend_cache(const Cache& cache, std::int64_t layer, std::span<const Cached
             const std::int32_t s = rows[static_cast<std::size_t>(sp.t)].seq;
             const std::int64_t g = sp.g;
             const std::size_t need = static_cast<std::size_t>(group * (sp.j1 - sp.j0 + 1));
-            if (scores.size() < need) scores.resize(need);
+            // Sized at once for the longest span of the widest head group a Gemma 4 layer has:
+            // which thread takes which span varies, and a buffer grown span by span (or layer kind
+            // by layer kind) would allocate on whichever thread first sees a larger one.
+            if (scores.size() < need) scores.resize(std::max(need, static_cast<std::size_t>(kMaxGroup * kAttnSpan)));
             const T* qg = q + sp.t * q_stride + g * group * d;
             T* part = partial.data() + i * part_size;
             if (int8) {

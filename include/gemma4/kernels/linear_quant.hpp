@@ -221,7 +221,7 @@ inline void linear_quant(std::span<const QuantTarget> targets, Rows<const float>
         }
         // One token reads each chunk of panels as one stream, which the hardware prefetchers
         // pick up anew: on a 2-thread AMD Zen 4 in its faster memory state, chunks of 1 MiB
-        // streamed 2–4 % slower than chunks of 2 MiB (docs/performance.md). The chunk stays
+        // streamed 2–4 % slower than chunks of 2 MiB (docs/perf-log/). The chunk stays
         // small enough that every thread gets one.
         const auto grain = [&](std::int64_t panels_total) -> std::int64_t {
             if (tokens > 1) return 1;

@@ -15,7 +15,7 @@
 // (the library is compiled with its users' flags), and a rolled loop indexes its array, so the
 // array lives on the stack: at -O2 the bf16 tiles ran at half speed and the Q8/Q4 pass stored
 // and reloaded its 8 weight vectors every block; at -O3 attention's score and value passes kept
-// their accumulators on the stack (docs/performance.md, "Register loops unrolled"). A loop to a
+// their accumulators on the stack (docs/perf-log/, "Register loops unrolled"). A loop to a
 // run-time bound below the fixed count is written as the fixed count with a guard.
 #pragma once
 

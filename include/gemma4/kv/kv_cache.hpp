@@ -92,15 +92,20 @@ public:
         if (live >= options_.max_sequences)
             throw InvalidArgument("KV cache: cannot add a sequence, " + std::to_string(options_.max_sequences) +
                                   " sequences are already live (max_sequences)");
-        for (std::size_t i = 0; i < seqs_.size(); ++i)
-            if (!seqs_[i].active) {
-                seqs_[i] = Sequence{};
-                seqs_[i].active = true;
-                return static_cast<SeqId>(i);
-            }
-        seqs_.push_back(Sequence{});
-        seqs_.back().active = true;
-        return static_cast<SeqId>(seqs_.size() - 1);
+        std::size_t i = 0;
+        while (i < seqs_.size() && seqs_[i].active) ++i;
+        if (i == seqs_.size()) seqs_.emplace_back();
+        Sequence& seq = seqs_[i];
+        seq.active = true;
+        seq.length = 0;
+        seq.rollback = 0;
+        // Page tables of the whole context, so that decoding never grows them (a step allocates nothing).
+        const auto pages = static_cast<std::size_t>((max_positions_ + kPageSize - 1) / kPageSize);
+        for (int k = 0; k < 2; ++k) {
+            seq.table[k].clear();
+            if (pools_[k].layers) seq.table[k].reserve(pages);
+        }
+        return static_cast<SeqId>(i);
     }
 
     /// A new sequence sharing all of `src`'s pages (copy on write): the same length and
@@ -124,7 +129,10 @@ public:
         for (int k = 0; k < 2; ++k)
             for (auto page : seq.table[k])
                 if (page >= 0) release(k, page);
-        seq = Sequence{};
+        seq.active = false;
+        seq.length = 0;
+        seq.rollback = 0;
+        for (auto& table : seq.table) table.clear();  // its capacity serves the next sequence in this slot
     }
 
     bool contains(SeqId s) const {

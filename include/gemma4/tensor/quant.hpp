@@ -192,7 +192,7 @@ inline void dequantize_row(DType t, std::int64_t block, const std::byte* codes, 
 // its scales followed by its codes, so that a panel, scales included, is one contiguous stream
 // read in ascending order: a second stream of scales beside the codes cost a one-token product
 // 15–20 % of its read speed, and scales after their codes, read before them, 10 % on an AMD Zen 4
-// (docs/performance.md). Within group g, scale k (of the group's 128 / block) of row r is at
+// (docs/perf-log/). Within group g, scale k (of the group's 128 / block) of row r is at
 // 2·(16·k + r), and byte j of row r's group bytes at group_scale_bytes + 64·(j / 4) + 4·r + j % 4.
 // The bytes themselves are the file's (Q8 signed codes, Q4 nibble pairs), so a row moves
 // between the layouts by whole words.

@@ -84,6 +84,11 @@ public:
           context_limit_(context_limit) {
         if (tokenizer) decoder_.emplace(*tokenizer);
         sampler_.set_prompt(context);
+        // Room for the whole reply, so that recording an id never grows a buffer mid-decode.
+        const auto most = static_cast<std::size_t>(std::clamp<std::int64_t>(std::min(options.max_new_tokens, context_limit), 0, kMaxReserve));
+        ids_.reserve(most);
+        if (history_) history_->reserve(history_->size() + most);
+        if (tokenizer) text_.reserve(8 * most);
         if (rng_state) sampler_.set_rng_state(*rng_state);
     }
 
@@ -151,6 +156,22 @@ public:
     std::optional<clock::time_point> first_token_time() const { return first_; }
     std::array<std::uint64_t, 4> rng_state() const { return sampler_.rng_state(); }
 
+    /// Moves the reply into `ids` and `text`, and its counts and times into `stats` (a
+    /// GenerationStats or RequestStats): the first token timed from `start`, the generation from
+    /// the first token to now.
+    template <class Stats>
+    void hand_over(std::vector<std::int32_t>& ids, std::string& text, Stats& stats, clock::time_point start) {
+        ids = std::move(ids_);
+        text = std::move(text_);
+        stats.generated_tokens = static_cast<std::int64_t>(ids.size());
+        stats.drafted_tokens = drafted_;
+        stats.accepted_tokens = accepted_;
+        if (first_) {
+            stats.time_to_first_token = std::chrono::duration<double>(*first_ - start).count();
+            stats.generation_seconds = std::chrono::duration<double>(clock::now() - *first_).count();
+        }
+    }
+
     /// Releases the text held back (a stop string that did not complete, partial UTF-8) unless
     /// a stop string ended the reply. Called by take() when the reply ends; the caller calls it
     /// for an end that take() did not see (cancelled between steps, context full).
@@ -164,6 +185,9 @@ public:
     }
 
 private:
+    /// Replies longer than this grow their buffers as they go (geometrically).
+    static constexpr std::int64_t kMaxReserve = 1 << 16;
+
     /// A sampled image/audio placeholder could not be fed back (it stands for a soft token that
     /// does not exist), so those ids are never sampled.
     static SamplingParams without_placeholders(SamplingParams p, const TokenIds& special) {

@@ -1,7 +1,7 @@
 // The AMX level: Intel AMX (Advanced Matrix Extensions) for the Q8/Q4 linear, a tile matrix
 // multiply of 16 tokens × 16 weight rows × 32 int8 codes per instruction (tdpbssd), eight times the
 // int8 products per instruction of AVX-512 VNNI, so that a step of 16 sequences costs well under
-// twice a step of one (1.7× at 48 layers on the Xeon measured in docs/performance.md). Per
+// twice a step of one (1.7× at 48 layers on the Xeon measured in docs/perf-log/). Per
 // 32-column unit, one tile multiply gives exact int32 sums (a block of 64 adds its two units') (signed × signed: Q4 nibbles unpacked to code
 // − 8 first), which then take the AVX-512 VNNI kernel's convert and FMA, so both give bit-identical
 // outputs. The pass multiplies two units in one set of accumulator tiles, then scales and adds the

@@ -110,7 +110,7 @@ struct PanelVnni {
     /// the products: here the group's 1024 code bytes are loaded once for both nibbles, and the
     /// four units' sums are four independent chains (a 64-element block adds its two). The float
     /// accumulation keeps block order, so the output has the same bits. Streamed from memory on
-    /// a 2-thread AMD Zen 5, 4–15 % faster (docs/performance.md); Q8, which loads each byte once
+    /// a 2-thread AMD Zen 5, 4–15 % faster (docs/perf-log/); Q8, which loads each byte once
     /// anyway, gained nothing in the model.
     template <int Block>
     static void pass_q4_one_token(const std::byte* panel, std::int64_t blocks, const std::int32_t* act, PanelPrefetch pf, float* y,

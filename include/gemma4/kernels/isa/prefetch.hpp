@@ -18,7 +18,7 @@ namespace gemma4::inline GEMMA4_ABI::detail {
 /// Bytes past the L1 prefetch that the L2 prefetch reaches.
 inline constexpr std::int64_t kAheadL2 = 8192;
 
-/// Whether a pass prefetches into L2 too. Measured on a 2-thread AMD Zen 5 (docs/performance.md):
+/// Whether a pass prefetches into L2 too. Measured on a 2-thread AMD Zen 5 (docs/perf-log/):
 /// without it the one-token Q8 pass (the least work per byte) read about 20 % faster, while the
 /// Q4 pass, whose codes are unpacked, and a 16-token pass read slower.
 constexpr bool prefetch_to_l2(DType t, std::int64_t tokens) { return t == DType::Q4 || tokens > 1; }
@@ -44,7 +44,7 @@ inline constexpr std::int64_t kAmdQ8L2OnlyTokens = 4, kAmdQ8AheadL2 = 6144;
 /// The one-token Q8 pass on Intel CPUs prefetches into L2 only, this far in front.
 inline constexpr std::int64_t kIntelQ8OneTokenAheadL2 = 8192;
 
-/// The AVX-512 passes' distances, measured on 2-thread machines (docs/performance.md). On Intel
+/// The AVX-512 passes' distances, measured on 2-thread machines (docs/perf-log/). On Intel
 /// CPUs (a Sapphire Rapids-class Xeon) the one-token Q8 pass prefetches into L2 only: the bare pass
 /// streamed about 14 % faster so (27.4–28.6 against 24.3–24.5 GB/s, any distance from 4 to 16 KiB;
 /// the model decoded 2–4 % faster), the L1 lines then come from the hardware prefetcher; the rest
