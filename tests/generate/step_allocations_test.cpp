@@ -149,13 +149,16 @@ TEST_CASE("the Engine's decode step allocates nothing after warm-up, at batch 1 
                                           if (measuring && s.prefill_tokens == 0 && s.sequences == batch) marks.mark();
                                       }});
                 auto run = [&] {
-                    std::vector<RequestHandle> handles;
+                    // Everything this thread allocates comes before the first submit: it may
+                    // otherwise run late, during the engine's steps (two cores, both busy).
+                    std::vector<EngineRequest<float>> requests(static_cast<std::size_t>(batch));
                     for (int i = 0; i < batch; ++i) {
-                        EngineRequest<float> request;
-                        request.prompt = prompt(*model, i, 20);
-                        request.options = options(kTokens, 7 + static_cast<std::uint64_t>(i));
-                        handles.push_back(engine.submit(std::move(request)));
+                        requests[static_cast<std::size_t>(i)].prompt = prompt(*model, i, 20);
+                        requests[static_cast<std::size_t>(i)].options = options(kTokens, 7 + static_cast<std::uint64_t>(i));
                     }
+                    std::vector<RequestHandle> handles;
+                    handles.reserve(requests.size());
+                    for (auto& request : requests) handles.push_back(engine.submit(std::move(request)));
                     for (const RequestHandle& h : handles) REQUIRE(h.wait().ids.size() == static_cast<std::size_t>(kTokens));
                 };
                 run();  // warm-up

@@ -269,6 +269,23 @@ struct CachedQuery {
 /// and the spans of a row are merged in position order, so the result does not depend on the
 /// thread count or on the other rows. `cache` provides int8(), key/value(layer, seq, pos) → T*
 /// and key_int8/value_int8(layer, seq, pos) → {codes, scales}. Every row must see a key.
+/// The calling thread's score buffer for attend_span, sized at its first use for the longest
+/// span of the widest head group a Gemma 4 layer has: which thread takes which span varies, and a
+/// buffer grown span by span (or layer kind by layer kind) would allocate in whichever decode
+/// step a thread first meets a larger one.
+template <class T>
+std::vector<T>& span_scores() {
+    thread_local std::vector<T> scores(static_cast<std::size_t>(kMaxGroup * kAttnSpan));
+    return scores;
+}
+
+/// Gives every thread of `pool` its attention buffers now (a model does at load), so that no
+/// decode step is the first on some thread to need them.
+template <class T>
+void reserve_thread_buffers(ThreadPool& pool) {
+    pool.parallel_for(pool.size(), [](std::int64_t, std::int64_t) { (void)span_scores<T>(); }, 1);
+}
+
 /// attend_cache's work list and partial results, kept by a caller that attends again and
 /// again so that a step allocates nothing once they are large enough.
 template <class T>
@@ -309,16 +326,13 @@ void attend_cache(const Cache& cache, std::int64_t layer, std::span<const Cached
     const bool int8 = cache.int8();
     const Isa isa = active_isa();
     pool.parallel_chunks(static_cast<std::int64_t>(spans.size()), [&](std::int64_t begin, std::int64_t end) {
-        thread_local std::vector<T> scores;
+        std::vector<T>& scores = span_scores<T>();
         for (std::int64_t i = begin; i < end; ++i) {
             const Span& sp = spans[static_cast<std::size_t>(i)];
             const std::int32_t s = rows[static_cast<std::size_t>(sp.t)].seq;
             const std::int64_t g = sp.g;
             const std::size_t need = static_cast<std::size_t>(group * (sp.j1 - sp.j0 + 1));
-            // Sized at once for the longest span of the widest head group a Gemma 4 layer has:
-            // which thread takes which span varies, and a buffer grown span by span (or layer kind
-            // by layer kind) would allocate on whichever thread first sees a larger one.
-            if (scores.size() < need) scores.resize(std::max(need, static_cast<std::size_t>(kMaxGroup * kAttnSpan)));
+            if (scores.size() < need) scores.resize(need);
             const T* qg = q + sp.t * q_stride + g * group * d;
             T* part = partial.data() + i * part_size;
             if (int8) {

@@ -345,6 +345,7 @@ private:
         if constexpr (detail::is_fixed_layer<SlidingLayer>()) check_config_equals(*SlidingLayer::attention_type::fixed_config, c, where);
         if constexpr (detail::is_fixed_layer<FullLayer>()) check_config_equals(*FullLayer::attention_type::fixed_config, c, where);
         to_panels(ck_.weights, *pool_);  // a quantized checkpoint's rows, as the kernels read them
+        kernels::reserve_thread_buffers<T>(*pool_);
         for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
             const int l = static_cast<int>(i);
             const LayerWeights& w = ck_.weights.layers[static_cast<std::size_t>(i)];
