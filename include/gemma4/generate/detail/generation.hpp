@@ -148,12 +148,8 @@ public:
     /// The last sampled id, which the next step feeds (-1 before the first).
     std::int32_t pending() const { return ids_.empty() ? -1 : ids_.back(); }
     const std::vector<std::int32_t>& ids() const { return ids_; }
-    std::vector<std::int32_t>& ids() { return ids_; }
-    std::string& text() { return text_; }
     std::int64_t generated() const { return static_cast<std::int64_t>(ids_.size()); }
-    std::int64_t drafted() const { return drafted_; }
     std::int64_t accepted() const { return accepted_; }
-    std::optional<clock::time_point> first_token_time() const { return first_; }
     std::array<std::uint64_t, 4> rng_state() const { return sampler_.rng_state(); }
 
     /// Moves the reply into `ids` and `text`, and its counts and times into `stats` (a
