@@ -514,3 +514,14 @@ TEST_CASE("linear over several matrices sharing an input equals one call per mat
     CHECK_THROWS_MATCHES(detail::linear_quant(odd.view, {x.data(), 64}, {y.data(), 8}, 1, pool), InvalidArgument,
                          test::Has("'w' has blocks of 48 elements, not 32 or 64"));
 }
+
+TEST_CASE("linear_quant shares one input among 1 to kMaxQuantTargets matrices, and says so otherwise", "[kernels][linear][errors]") {
+    const WeightView w{.name = "w", .dtype = DType::Q8, .shape = {32, 32}};
+    std::vector<float> x(32), y(32);
+    const std::vector<detail::QuantTarget> many(detail::kMaxQuantTargets + 1, detail::QuantTarget{&w, {y.data(), 32}});
+    ThreadPool pool(1);
+    REQUIRE_THROWS_AS(detail::linear_quant(many, {x.data(), 32}, 1, pool), InvalidArgument);
+    REQUIRE_THROWS_WITH(detail::linear_quant(many, {x.data(), 32}, 1, pool), "linear_quant: 9 matrices in one call, not 1 to 8");
+    REQUIRE_THROWS_WITH(detail::linear_quant(std::span<const detail::QuantTarget>(), {x.data(), 32}, 1, pool),
+                        "linear_quant: 0 matrices in one call, not 1 to 8");
+}
