@@ -58,6 +58,14 @@ public:
     using Error::Error;
 };
 
+/// A grammar (GBNF text) or a JSON Schema that cannot be compiled: the message names the line
+/// and column, or the keyword and its JSON pointer. Also thrown when a token the constraint does
+/// not allow is fed to it.
+class GrammarError : public InvalidArgument {
+public:
+    using InvalidArgument::InvalidArgument;
+};
+
 /// Engine::submit cannot take the request now: the waiting queue is at its bound
 /// (EngineOptions::max_queue) or the engine is shutting down. Retrying later may succeed.
 class QueueFullError : public Error {

@@ -17,6 +17,9 @@
 #include <gemma4/generate/session.hpp>
 #include <gemma4/generate/speculative.hpp>
 #include <gemma4/generate/stop.hpp>
+#include <gemma4/grammar/constraint.hpp>
+#include <gemma4/grammar/gbnf.hpp>
+#include <gemma4/grammar/token_vocabulary.hpp>
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/gguf.hpp>
 #include <gemma4/io/npy.hpp>

@@ -1,7 +1,8 @@
 // Engine: continuously batched requests give exactly what a lone Session gives each of them
 // (greedy and seeded sampling, bf16 and int8 weights), whatever joins or leaves meanwhile;
 // prefill is chunked between decode steps; prefixes are reused; admission waits for the KV
-// budget and the queue is bounded; cancellation and shutdown free everything.
+// budget and the queue is bounded; cancellation and shutdown free everything. A seeded request
+// gives the same ids alone and among fifteen others; min_tokens holds the end ids back there too.
 #include <catch2/catch.hpp>
 
 #include <gemma4/generate/engine.hpp>
@@ -1043,4 +1044,105 @@ TEST_CASE("bad session files and failed saves fail only their request, with type
     CHECK(st.requests_rejected == 11);
     engine.shutdown();
     check_no_pages_left(engine);
+}
+
+namespace {
+
+/// The request the seed tests follow: sampled with every step of the chain on (penalties with a
+/// window, logit biases, min_tokens), running to max_new_tokens.
+GenerateOptions every_sampling_step(std::uint64_t seed) {
+    GenerateOptions o;
+    o.max_new_tokens = 24;
+    o.min_tokens = 4;
+    o.sampling = SamplingParams{.temperature = 0.9,
+                                .top_k = 60,
+                                .top_p = 0.95,
+                                .repetition_penalty = 1.3,
+                                .repeat_last_n = 8,
+                                .presence_penalty = 0.4,
+                                .frequency_penalty = 0.2,
+                                .logit_bias = {{40, 2.0}, {41, -5.0}},
+                                .seed = seed};
+    o.end_ids = {-1};
+    return o;
+}
+
+/// Fifteen other requests of all kinds: greedy and seeded, short and long prompts and replies.
+std::vector<EngineRequest<float>> fifteen_others() {
+    std::vector<EngineRequest<float>> others;
+    for (int i = 0; i < 15; ++i) {
+        const std::size_t length = 2 + static_cast<std::size_t>((i * 13) % 40);
+        const std::int64_t max_new = 3 + (i * 5) % 29;
+        others.push_back(request(prompt_ids(100 + i, length), i % 3 ? seeded(max_new, 77 + static_cast<std::uint64_t>(i)) : greedy(max_new)));
+    }
+    return others;
+}
+
+/// The target's ids when it is submitted at `place` among `others` (all at once).
+std::vector<std::int32_t> ids_among(Engine<float>& engine, const EngineRequest<float>& target, std::vector<EngineRequest<float>> others,
+                                    std::size_t place) {
+    std::vector<RequestHandle> handles;
+    for (std::size_t i = 0; i <= others.size(); ++i)
+        handles.push_back(engine.submit(i == place ? target : std::move(others[i < place ? i : i - 1])));
+    for (const RequestHandle& h : handles) REQUIRE_FALSE(h.wait().error);
+    return handles[place].wait().ids;
+}
+
+void check_seed_across_batches(const Model<float>& model) {
+    const auto prompt = prompt_ids(5, 20);
+    const EngineRequest<float> target = request(prompt, every_sampling_step(4242));
+    Engine<float> engine(model, &fixture().tokenizer, {.max_sequences = 16, .step_tokens = 24});
+    const std::vector<std::int32_t> alone = engine.submit(target).wait().ids;
+    REQUIRE(alone.size() == 24);
+    CHECK(alone == lone(model, prompt, target.options).ids);
+    for (const std::size_t place : {0, 7, 15}) {
+        INFO("placed " << place << " of 16");
+        CHECK(ids_among(engine, target, fifteen_others(), place) == alone);
+    }
+    // Two copies of it in one batch each draw from their own stream.
+    std::vector<EngineRequest<float>> with_twin = fifteen_others();
+    with_twin[3] = target;
+    CHECK(ids_among(engine, target, std::move(with_twin), 9) == alone);
+    // The seed decides: another one gives other ids (so the checks above can fail).
+    EngineRequest<float> reseeded = target;
+    reseeded.options.sampling.seed = 4243;
+    CHECK(ids_among(engine, reseeded, fifteen_others(), 4) != alone);
+}
+
+}  // namespace
+
+TEST_CASE("a seeded request gives the same ids alone and among 15 others, wherever it sits (bf16 weights)", "[engine][seed]") {
+    check_seed_across_batches(fixture().model);
+}
+
+TEST_CASE("a seeded request gives the same ids alone and among 15 others, wherever it sits (int8 weights)", "[engine][seed]") {
+    check_seed_across_batches(fixture().model_int8);
+}
+
+TEST_CASE("min_tokens in the Engine holds end and stop ids back as a lone session does", "[engine][min_tokens]") {
+    const Model<float>& model = fixture().model;
+    const auto prompt = prompt_ids(8, 10);
+    const GenerationResult free_run = lone(model, prompt, endless(6));
+    REQUIRE(free_run.ids.size() == 6);
+    GenerateOptions ends_at_once = greedy(12);
+    ends_at_once.end_ids = {free_run.ids[0]};
+    ends_at_once.stop_ids = {free_run.ids[1]};
+    REQUIRE(lone(model, prompt, ends_at_once).ids.size() <= 2);  // without min_tokens: one or two ids
+    GenerateOptions held = ends_at_once;
+    held.min_tokens = 5;
+    const GenerationResult expected = lone(model, prompt, held);
+    REQUIRE(expected.ids.size() >= 5);
+    for (std::size_t i = 0; i < 5; ++i) CHECK((expected.ids[i] != free_run.ids[0] && expected.ids[i] != free_run.ids[1]));
+
+    Engine<float> engine(model, &fixture().tokenizer, {.max_sequences = 4});
+    std::vector<RequestHandle> handles;
+    for (int i = 0; i < 3; ++i) handles.push_back(engine.submit(request(prompt_ids(60 + i, 6), seeded(10, 5 + static_cast<std::uint64_t>(i)))));
+    const RequestHandle h = engine.submit(request(prompt, held));
+    check_same(h.wait(), expected);
+    for (const RequestHandle& other : handles) REQUIRE_FALSE(other.wait().error);
+
+    GenerateOptions negative = greedy(4);
+    negative.min_tokens = -2;
+    REQUIRE_THROWS_AS(engine.submit(request(prompt, negative)), InvalidArgument);
+    REQUIRE_THROWS_WITH(engine.submit(request(prompt, negative)), Catch::Contains("GenerateOptions::min_tokens must be >= 0, not -2"));
 }

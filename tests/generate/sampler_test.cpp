@@ -438,3 +438,218 @@ TEST_CASE("double logits are sampled as their float values", "[sampler]") {
         }
     }
 }
+
+namespace {
+
+/// HF's RepetitionPenaltyLogitsProcessor on one logit, in double: divided when positive,
+/// multiplied when negative.
+float repetition_penalised(float logit, double penalty) {
+    const double l = logit;
+    return static_cast<float>(l < 0 ? l * penalty : l / penalty);
+}
+
+/// The scores after apply_penalties over `history`.
+std::vector<float> penalised(const std::vector<float>& logits, const SamplingParams& params,
+                             const gemma4::detail::TokenHistory& history) {
+    auto scores = logits;
+    gemma4::detail::apply_penalties(scores, params, history);
+    return scores;
+}
+
+/// The distinct ids among the last `n` of `ids` (all of them for n = -1), by brute force.
+std::set<std::int32_t> last_distinct(const std::vector<std::int32_t>& ids, std::int32_t n) {
+    const std::size_t from = n < 0 || static_cast<std::size_t>(n) >= ids.size() ? 0 : ids.size() - static_cast<std::size_t>(n);
+    return {ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end()};
+}
+
+}  // namespace
+
+TEST_CASE("repetition penalty: HF's formula, once per distinct id of prompt and reply", "[sampler][penalties]") {
+    const auto logits = random_logits(64, 77);
+    gemma4::detail::TokenHistory history;
+    const std::vector<std::int32_t> prompt{3, 9, 3, 3, 40, 9}, reply{40, 12, 12, 3};
+    for (const std::int32_t id : prompt) history.see(id);
+    for (const std::int32_t id : reply) history.generate(id);
+    const std::set<std::int32_t> repeated{3, 9, 40, 12};
+    for (const double penalty : {1.3, 0.7, 2.0}) {
+        INFO("penalty " << penalty);
+        const auto scores = penalised(logits, {.repetition_penalty = penalty}, history);
+        for (std::size_t id = 0; id < logits.size(); ++id) {
+            INFO("id " << id << " logit " << logits[id]);
+            // Applied once: an id seen three times is divided once, not three times.
+            const float expected = repeated.count(static_cast<std::int32_t>(id)) ? repetition_penalised(logits[id], penalty) : logits[id];
+            CHECK(scores[id] == expected);
+        }
+    }
+}
+
+TEST_CASE("repeat_last_n: the repetition penalty looks only at the last N ids of prompt and reply", "[sampler][penalties]") {
+    const std::vector<float> logits{2.0f, -1.5f, 3.0f, 0.75f, -0.25f, 1.0f};
+    const std::vector<std::int32_t> prompt{0, 1, 2, 3, 1}, reply{4, 1};  // whole sequence: 0 1 2 3 1 4 1
+    const auto history_of = [&](std::int32_t window) {
+        gemma4::detail::TokenHistory h;
+        h.set_window(window);
+        for (const std::int32_t id : prompt) h.see(id);
+        for (const std::int32_t id : reply) h.generate(id);
+        return h;
+    };
+    const auto expected = [&](const std::set<std::int32_t>& ids) {
+        std::vector<float> out = logits;
+        for (const std::int32_t id : ids) out[static_cast<std::size_t>(id)] = repetition_penalised(logits[static_cast<std::size_t>(id)], 2.0);
+        return out;
+    };
+    const SamplingParams params{.repetition_penalty = 2.0};
+    CHECK(penalised(logits, params, history_of(3)) == expected({1, 4}));  // 1 4 1: id 1 once
+    CHECK(penalised(logits, params, history_of(4)) == expected({3, 1, 4}));
+    CHECK(penalised(logits, params, history_of(1)) == expected({1}));
+    CHECK(penalised(logits, params, history_of(7)) == expected({0, 1, 2, 3, 4}));
+    CHECK(penalised(logits, params, history_of(100)) == expected({0, 1, 2, 3, 4}));  // longer than the sequence: all of it
+    CHECK(penalised(logits, params, history_of(-1)) == expected({0, 1, 2, 3, 4}));   // the default: the whole context
+    CHECK(penalised(logits, params, history_of(0)) == logits);                       // 0: no id, the penalty is off
+
+    SECTION("presence and frequency keep counting the whole reply") {
+        const SamplingParams both{.repeat_last_n = 1, .presence_penalty = 0.5, .frequency_penalty = 0.25};
+        auto want = logits;
+        want[4] = static_cast<float>(-0.25 - 0.5 - 0.25 * 1);  // generated once, outside the window
+        want[1] = static_cast<float>(-1.5 - 0.5 - 0.25 * 1);
+        CHECK(penalised(logits, both, history_of(1)) == want);
+    }
+}
+
+TEST_CASE("repeat_last_n: the window slides, and equals a brute-force count, across clear()", "[sampler][penalties]") {
+    gemma4::detail::Xoshiro256 rng(5);
+    const auto logits = random_logits(40, 6);
+    for (const std::int32_t window : {1, 2, 5, 16, 64}) {
+        gemma4::detail::TokenHistory history;
+        history.set_window(window);
+        for (int round = 0; round < 3; ++round) {
+            history.clear();
+            std::vector<std::int32_t> ids;
+            for (int step = 0; step < 120; ++step) {
+                const auto id = static_cast<std::int32_t>(rng.next() % 40);
+                ids.push_back(id);
+                step % 3 ? history.generate(id) : history.see(id);
+                std::vector<std::int32_t> visited;
+                history.for_each_recent([&](std::int32_t recent) { visited.push_back(recent); });
+                const std::set<std::int32_t> distinct(visited.begin(), visited.end());
+                INFO("window " << window << " round " << round << " step " << step);
+                REQUIRE(distinct.size() == visited.size());  // each id once
+                REQUIRE(distinct == last_distinct(ids, window));
+            }
+            auto want = logits;
+            for (const std::int32_t id : last_distinct(ids, window))
+                want[static_cast<std::size_t>(id)] = repetition_penalised(logits[static_cast<std::size_t>(id)], 1.7);
+            CHECK(penalised(logits, {.repetition_penalty = 1.7}, history) == want);
+        }
+    }
+}
+
+TEST_CASE("presence and frequency penalties: OpenAI's formula over the reply's ids", "[sampler][penalties]") {
+    const auto logits = random_logits(32, 91);
+    gemma4::detail::TokenHistory history;
+    for (const std::int32_t id : {5, 6, 7, 5}) history.see(id);  // prompt ids never count
+    const std::vector<std::int32_t> reply{7, 8, 8, 8, 9, 7, 8};
+    for (const std::int32_t id : reply) history.generate(id);
+    for (const auto& [presence, frequency] : std::vector<std::pair<double, double>>{{0.6, 0.0}, {0.0, 0.35}, {1.25, -0.5}, {-2.0, 2.0}}) {
+        INFO("presence " << presence << " frequency " << frequency);
+        const auto scores = penalised(logits, {.presence_penalty = presence, .frequency_penalty = frequency}, history);
+        for (std::size_t id = 0; id < logits.size(); ++id) {
+            // mu[j] - c[j] * alpha_frequency - float(c[j] > 0) * alpha_presence
+            const double c = static_cast<double>(std::count(reply.begin(), reply.end(), static_cast<std::int32_t>(id)));
+            const auto expected = static_cast<float>(static_cast<double>(logits[id]) - c * frequency - (c > 0 ? presence : 0.0));
+            INFO("id " << id << " count " << c);
+            CHECK(scores[id] == expected);
+        }
+    }
+}
+
+TEST_CASE("logit_bias adds to the logit after the penalties and before suppression", "[sampler][logit_bias]") {
+    const auto logits = random_logits(16, 12);
+    gemma4::detail::TokenHistory history;
+    history.generate(3);
+    SECTION("the formula: the biased ids' logits plus their biases, in double") {
+        auto scores = logits;
+        const std::vector<gemma4::TokenBias> bias{{3, 1.5}, {7, -0.25}, {3, -0.5}, {0, 100.0}};
+        gemma4::detail::apply_logit_bias(scores, bias);
+        for (std::size_t id = 0; id < logits.size(); ++id) {
+            double b = 0;
+            for (const auto& e : bias)
+                if (static_cast<std::size_t>(e.id) == id) b += e.bias;
+            const float expected = b == 0 ? logits[id] : static_cast<float>(static_cast<double>(logits[id]) + b);
+            CHECK(scores[id] == expected);
+        }
+    }
+    SECTION("the order: repetition penalty, presence, bias, then suppression, through the Sampler") {
+        // Id 0 at 4 (repeated), id 1 at 0.9: repetition 4/2 = 2, presence 2 - 0.5 = 1.5, bias
+        // 1.5 - 1 = 0.5 < 0.9. A bias before the penalties would give (4 - 1)/2 - 0.5 = 1 > 0.9;
+        // presence before repetition, (4 - 0.5)/2 - 1 = 0.75 < 0.9 too, so see the next case.
+        const std::vector<float> two{4.0f, 0.9f};
+        Sampler chain({.temperature = 0.0, .repetition_penalty = 2.0, .presence_penalty = 0.5, .logit_bias = {{0, -1.0}}});
+        chain.accept(0);
+        CHECK(chain.sample(two) == 1);
+        Sampler no_bias({.temperature = 0.0, .repetition_penalty = 2.0, .presence_penalty = 0.5});
+        no_bias.accept(0);
+        CHECK(no_bias.sample(two) == 0);  // 1.5 > 0.9: the bias decided it
+        // Repetition then presence: 4/2 - 1.2 = 0.8 < 0.9; presence first: (4 - 1.2)/2 = 1.4.
+        Sampler order({.temperature = 0.0, .repetition_penalty = 2.0, .presence_penalty = 1.2});
+        order.accept(0);
+        CHECK(order.sample(two) == 1);
+        // Suppression comes last: a bias of +100 does not bring a suppressed id back.
+        Sampler suppressed({.temperature = 0.0, .logit_bias = {{1, 100.0}}, .suppress_tokens = {1}});
+        CHECK(suppressed.sample(two) == 0);
+    }
+    SECTION("+100 forces an id, -100 bans one, at temperature 1 over soft-capped logits") {
+        std::vector<float> capped = random_logits(256, 4, 30.0);
+        const auto ranked = ranked_ids(capped);
+        const std::int32_t worst = ranked.back(), best = ranked.front();
+        Sampler forced({.logit_bias = {{worst, 100.0}}, .seed = 9});
+        Sampler banned({.logit_bias = {{best, -100.0}}, .seed = 9});
+        Sampler plain({.seed = 9});
+        int plain_best = 0;
+        for (int i = 0; i < 2000; ++i) {
+            REQUIRE(forced.sample(capped) == worst);
+            REQUIRE(banned.sample(capped) != best);
+            plain_best += plain.sample(capped) == best;
+        }
+        CHECK(plain_best > 0);  // without the ban the best id is drawn
+    }
+}
+
+TEST_CASE("logit_bias, repeat_last_n and penalties are validated and name the value", "[sampler][errors]") {
+    const auto rejects = [](const SamplingParams& params, const char* message) {
+        INFO(message);
+        REQUIRE_THROWS_AS(Sampler(params), InvalidArgument);
+        REQUIRE_THROWS_WITH(Sampler(params), Catch::Contains(message));
+    };
+    rejects({.logit_bias = {{4, 100.5}}}, "logit_bias of token 4 = 100.5 must be in [-100, 100]");
+    rejects({.logit_bias = {{2, 1.0}, {7, -101}}}, "logit_bias of token 7 = -101 must be in [-100, 100]");
+    rejects({.logit_bias = {{7, std::numeric_limits<double>::quiet_NaN()}}}, "logit_bias of token 7 = nan");
+    rejects({.logit_bias = {{-3, 1.0}}}, "logit_bias = -3 contains a negative token id");
+    rejects({.repeat_last_n = -2}, "repeat_last_n = -2 must be -1 (every id), 0 (off) or a window of at most 1048576 ids");
+    rejects({.repeat_last_n = gemma4::kMaxRepeatLastN + 1}, "repeat_last_n = 1.04858e+06 must be");
+    Sampler edges({.repeat_last_n = gemma4::kMaxRepeatLastN, .logit_bias = {{0, -100.0}, {1, 100.0}}});
+    CHECK(edges.params().logit_bias.size() == 2);
+
+    // The vocabulary is known when logits arrive: an id beyond it fails there, naming the id.
+    Sampler beyond({.logit_bias = {{1, 2.0}, {9, 2.0}}});
+    const std::vector<float> eight(8, 0.0f);
+    REQUIRE_THROWS_AS(beyond.sample(eight), InvalidArgument);
+    REQUIRE_THROWS_WITH(beyond.sample(eight), Catch::Contains("logit_bias token id 9 is outside the vocabulary of 8 logits"));
+    const std::vector<float> ten(10, 0.0f);
+    CHECK(beyond.sample(ten) >= 0);
+}
+
+TEST_CASE("suppress_next holds ids back for one sample only", "[sampler]") {
+    const std::vector<float> logits{0.0f, 3.0f, 2.0f, 1.0f};
+    Sampler greedy({.temperature = 0.0});
+    const std::vector<std::int32_t> held{1, 2, 99};  // ids beyond the vocabulary are skipped
+    greedy.suppress_next(held);
+    CHECK(greedy.sample(logits) == 3);
+    CHECK(greedy.sample(logits) == 1);
+    Sampler sampled({.seed = 4});
+    for (int i = 0; i < 200; ++i) {
+        sampled.suppress_next(held);
+        const auto id = sampled.sample(logits);
+        REQUIRE((id == 0 || id == 3));
+    }
+}

@@ -1,7 +1,8 @@
 // A decode step allocates nothing once its buffers exist: every operator new of the program is
 // counted, and the count must not move between two sampled ids of a Session (one forward step
 // and one sample between two on_token calls) or between two steps of the Engine (on_step), at
-// batch 1 and 16, with float and int8 KV, bf16 and int8 weights. Warm-up is one earlier reply
+// batch 1 and 16, with float and int8 KV, bf16 and int8 weights, with a plain sampler and with
+// every step of its chain (windowed penalty, logit biases, min_tokens). Warm-up is one earlier reply
 // of the same length, after which the KV pages come back from the cache's free list.
 //
 // The sessions and the engine here decode ids only (no tokenizer): turning an id into text
@@ -98,8 +99,11 @@ std::vector<std::int32_t> prompt(const Model<float>& model, int seed, std::size_
     return ids;
 }
 
-/// Sampled, with every id allowed to end nothing, so each reply runs to max_new_tokens.
-GenerateOptions options(std::int64_t max_new_tokens, std::uint64_t seed) {
+/// Sampled, with every id allowed to end nothing, so each reply runs to max_new_tokens. With
+/// `whole_chain`, every step of the sampler chain runs: the repetition penalty over a window
+/// shorter than prompt + reply (its ring wraps), presence/frequency, logit biases, and end ids
+/// held back by min_tokens for the whole reply.
+GenerateOptions options(std::int64_t max_new_tokens, std::uint64_t seed, bool whole_chain = false) {
     GenerateOptions o;
     o.max_new_tokens = max_new_tokens;
     o.sampling.temperature = 0.8;
@@ -107,6 +111,14 @@ GenerateOptions options(std::int64_t max_new_tokens, std::uint64_t seed) {
     o.sampling.repetition_penalty = 1.1;
     o.sampling.seed = seed;
     o.end_ids = {-1};
+    if (whole_chain) {
+        o.sampling.repeat_last_n = 16;
+        o.sampling.presence_penalty = 0.3;
+        o.sampling.frequency_penalty = 0.1;
+        o.sampling.logit_bias = {{5, 1.5}, {9, -2.0}};
+        o.end_ids = {3, 4};
+        o.min_tokens = max_new_tokens;
+    }
     return o;
 }
 
@@ -135,65 +147,68 @@ constexpr std::int64_t kTokens = 48;  // three KV pages of decoding
 TEST_CASE("a Session's decode step allocates nothing after warm-up", "[allocations]") {
     using namespace step_allocations;
     for (const Model<float>* model : {&models().bf16, &models().int8})
-        for (const KVDtype kv : {KVDtype::Float, KVDtype::Int8}) {
-            INFO((model == &models().bf16 ? "bf16" : "int8") << " weights, " << (kv == KVDtype::Int8 ? "int8" : "float") << " KV");
-            Session<float> session(*model, nullptr, KVCacheOptions{.kv_dtype = kv});
-            const auto ids = prompt(*model, 1, 20);
-            session.generate(ids, options(kTokens, 5));  // warm-up: buffers and pages
-            session.reset();
-            Marks marks;
-            GenerateOptions o = options(kTokens, 5);
-            marks.at.reserve(kTokens + 1);
-            o.on_token = [&](std::int32_t, std::string_view) {
-                marks.mark();
-                return true;
-            };
-            const GenerationResult r = session.generate(ids, o);
-            REQUIRE(r.ids.size() == static_cast<std::size_t>(kTokens));
-            const std::vector<std::int64_t> steps = marks.intervals(1);
-            REQUIRE(steps.size() == static_cast<std::size_t>(kTokens - 2));
-            CHECK(steps == std::vector<std::int64_t>(steps.size(), 0));
-        }
+        for (const KVDtype kv : {KVDtype::Float, KVDtype::Int8})
+            for (const bool chain : {false, true}) {
+                INFO((model == &models().bf16 ? "bf16" : "int8") << " weights, " << (kv == KVDtype::Int8 ? "int8" : "float") << " KV"
+                                                                  << (chain ? ", the whole sampler chain" : ""));
+                Session<float> session(*model, nullptr, KVCacheOptions{.kv_dtype = kv});
+                const auto ids = prompt(*model, 1, 20);
+                session.generate(ids, options(kTokens, 5, chain));  // warm-up: buffers and pages
+                session.reset();
+                Marks marks;
+                GenerateOptions o = options(kTokens, 5, chain);
+                marks.at.reserve(kTokens + 1);
+                o.on_token = [&](std::int32_t, std::string_view) {
+                    marks.mark();
+                    return true;
+                };
+                const GenerationResult r = session.generate(ids, o);
+                REQUIRE(r.ids.size() == static_cast<std::size_t>(kTokens));
+                const std::vector<std::int64_t> steps = marks.intervals(1);
+                REQUIRE(steps.size() == static_cast<std::size_t>(kTokens - 2));
+                CHECK(steps == std::vector<std::int64_t>(steps.size(), 0));
+            }
 }
 
 TEST_CASE("the Engine's decode step allocates nothing after warm-up, at batch 1 and 16", "[allocations]") {
     using namespace step_allocations;
     for (const Model<float>* model : {&models().bf16, &models().int8})
         for (const KVDtype kv : {KVDtype::Float, KVDtype::Int8})
-            for (const int batch : {1, 16}) {
-                INFO((model == &models().bf16 ? "bf16" : "int8") << " weights, " << (kv == KVDtype::Int8 ? "int8" : "float") << " KV, batch "
-                                                                  << batch);
-                Marks marks;
-                std::atomic<bool> measuring{false};
-                marks.at.reserve(4 * kTokens);
-                Engine<float> engine(*model, nullptr,
-                                     {.max_sequences = 16, .kv_dtype = kv, .prefix_cache_entries = 0, .on_step = [&](const EngineStepInfo& s) {
-                                          if (measuring && s.prefill_tokens == 0 && s.sequences == batch) marks.mark();
-                                      }});
-                auto run = [&] {
-                    // Everything this thread allocates comes before the first submit: it may
-                    // otherwise run late, during the engine's steps (two cores, both busy).
-                    std::vector<EngineRequest<float>> requests(static_cast<std::size_t>(batch));
-                    for (int i = 0; i < batch; ++i) {
-                        requests[static_cast<std::size_t>(i)].prompt = prompt(*model, i, 20);
-                        requests[static_cast<std::size_t>(i)].options = options(kTokens, 7 + static_cast<std::uint64_t>(i));
-                    }
-                    std::vector<RequestHandle> handles;
-                    handles.reserve(requests.size());
-                    for (auto& request : requests) handles.push_back(engine.submit(std::move(request)));
-                    for (const RequestHandle& h : handles) REQUIRE(h.wait().ids.size() == static_cast<std::size_t>(kTokens));
-                };
-                run();  // warm-up
-                measuring = true;
-                run();
-                measuring = false;
-                // The steps in which every request decodes, after each one's first decode step;
-                // not the last, in which they finish and hand their results to this thread.
-                std::vector<std::int64_t> steps = marks.intervals(1);
-                if (!steps.empty()) steps.pop_back();
-                REQUIRE(steps.size() >= static_cast<std::size_t>(kTokens / 2));
-                CHECK(steps == std::vector<std::int64_t>(steps.size(), 0));
-            }
+            for (const int batch : {1, 16})
+                for (const bool chain : {false, true}) {
+                    INFO((model == &models().bf16 ? "bf16" : "int8") << " weights, " << (kv == KVDtype::Int8 ? "int8" : "float") << " KV, batch "
+                                                                      << batch << (chain ? ", the whole sampler chain" : ""));
+                    Marks marks;
+                    std::atomic<bool> measuring{false};
+                    marks.at.reserve(4 * kTokens);
+                    Engine<float> engine(*model, nullptr,
+                                         {.max_sequences = 16, .kv_dtype = kv, .prefix_cache_entries = 0, .on_step = [&](const EngineStepInfo& s) {
+                                              if (measuring && s.prefill_tokens == 0 && s.sequences == batch) marks.mark();
+                                          }});
+                    auto run = [&] {
+                        // Everything this thread allocates comes before the first submit: it may
+                        // otherwise run late, during the engine's steps (two cores, both busy).
+                        std::vector<EngineRequest<float>> requests(static_cast<std::size_t>(batch));
+                        for (int i = 0; i < batch; ++i) {
+                            requests[static_cast<std::size_t>(i)].prompt = prompt(*model, i, 20);
+                            requests[static_cast<std::size_t>(i)].options = options(kTokens, 7 + static_cast<std::uint64_t>(i), chain);
+                        }
+                        std::vector<RequestHandle> handles;
+                        handles.reserve(requests.size());
+                        for (auto& request : requests) handles.push_back(engine.submit(std::move(request)));
+                        for (const RequestHandle& h : handles) REQUIRE(h.wait().ids.size() == static_cast<std::size_t>(kTokens));
+                    };
+                    run();  // warm-up
+                    measuring = true;
+                    run();
+                    measuring = false;
+                    // The steps in which every request decodes, after each one's first decode step;
+                    // not the last, in which they finish and hand their results to this thread.
+                    std::vector<std::int64_t> steps = marks.intervals(1);
+                    if (!steps.empty()) steps.pop_back();
+                    REQUIRE(steps.size() >= static_cast<std::size_t>(kTokens / 2));
+                    CHECK(steps == std::vector<std::int64_t>(steps.size(), 0));
+                }
 }
 
 TEST_CASE("a forward step into a reused scratch allocates nothing, and the scratch's size is the layout's", "[allocations]") {

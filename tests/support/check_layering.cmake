@@ -6,6 +6,7 @@
 #   kv                                   tensor, io
 #   tokenizer, multimodal                io
 #   layers                               tensor, kernels, kv
+#   grammar                              tokenizer, io
 #   model                                every folder above
 #   generate                             every folder but examples
 # (The umbrella gemma4.hpp includes them all.) Run with -DINCLUDE_DIR=<repo>/include.
@@ -18,8 +19,9 @@ set(allowed_kv "detail;tensor;io")
 set(allowed_tokenizer "detail;io")
 set(allowed_multimodal "detail;io;tensor")
 set(allowed_layers "detail;tensor;kernels;kv")
+set(allowed_grammar "detail;io;tokenizer")
 set(allowed_model "detail;tensor;io;kernels;kv;layers;tokenizer;multimodal")
-set(allowed_generate "detail;tensor;io;kernels;kv;layers;tokenizer;multimodal;model")
+set(allowed_generate "detail;tensor;io;kernels;kv;layers;tokenizer;multimodal;model;grammar")
 set(top "")  # the folder-less headers may include only each other
 
 file(GLOB_RECURSE headers RELATIVE "${INCLUDE_DIR}/gemma4" "${INCLUDE_DIR}/gemma4/*.hpp")

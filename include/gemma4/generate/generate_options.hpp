@@ -7,11 +7,14 @@
 #include <gemma4/config.hpp>
 #include <gemma4/generate/sampler.hpp>
 #include <gemma4/generate/speculative.hpp>
+#include <gemma4/grammar/constraint.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -63,6 +66,9 @@ struct GenerationResult {
 
 struct GenerateOptions {
     std::int64_t max_new_tokens = 256;
+    /// The end ids and stop ids cannot be sampled (they are suppressed) until the reply has this
+    /// many ids; max_new_tokens, stop strings, cancellation and the context still end it earlier.
+    std::int64_t min_tokens = 0;
     SamplingParams sampling{};
     std::vector<std::int32_t> end_ids{};    ///< empty: the model's eos ids (config.json)
     std::vector<std::int32_t> stop_ids{};   ///< further ids that end generation
@@ -76,6 +82,14 @@ struct GenerateOptions {
     std::int64_t prefill_chunk = 512;
     /// A drafter and its draft lengths: several ids per forward step, same output.
     SpeculativeOptions speculative{};
+    /// The reply is a sentence of this grammar (a GBNF grammar or a JSON Schema compiled against
+    /// the tokenizer's vocabulary, grammar/constraint.hpp): before each sample, every id that
+    /// cannot continue it is masked out, and the end ids are allowed only where it is complete.
+    std::shared_ptr<const Constraint> constraint{};
+    /// With a constraint: the ids that open and close a thought channel (<|channel>, <channel|>;
+    /// ChatSession sets them when thinking is on). The reply may open with one; the constraint
+    /// applies to what follows its close. {-1, -1}: none.
+    std::array<std::int32_t, 2> thought_channel{-1, -1};
 };
 
 }  // namespace GEMMA4_ABI

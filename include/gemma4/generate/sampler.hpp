@@ -1,10 +1,18 @@
-// Token sampling from one step's logits: penalties, suppressed ids, temperature, top-k, top-p,
-// min-p, then a draw from a seeded generator whose output is fixed by this header alone, so a
-// seed reproduces the same tokens on every platform and standard library.
+// Token sampling from one step's logits: penalties, logit biases, suppressed ids, temperature,
+// top-k, top-p, min-p, then a draw from a seeded generator whose output is fixed by this header
+// alone, so a seed reproduces the same tokens on every platform and standard library.
 //
 // The order of operations follows the Hugging Face logits processors and warpers:
-// repetition penalty → presence/frequency penalty → suppress_tokens → temperature → top-k →
-// top-p → min-p → draw.
+//   1. repetition penalty (HF's RepetitionPenaltyLogitsProcessor): each distinct id among the
+//      last repeat_last_n ids of prompt + reply (llama.cpp's window; -1: all of them) has its
+//      logit l divided by the penalty if l > 0, multiplied if l < 0;
+//   2. presence/frequency penalty (OpenAI): l − presence·[c > 0] − frequency·c, where c counts
+//      the id in the reply (not the prompt, not windowed);
+//   3. logit_bias (OpenAI): l + bias, bias in [−100, 100];
+//   4. suppress_tokens, the ids of Sampler::suppress_next, and those a grammar's mask
+//      (Sampler::allow_only_next) leaves out: l = −inf;
+//   5. temperature → top-k → top-p → min-p → draw.
+// Each value is computed in double from the float logit and stored back as float.
 #pragma once
 
 #include <gemma4/abi.hpp>
@@ -27,25 +35,40 @@
 namespace gemma4 {
 inline namespace GEMMA4_ABI {
 
+/// A bias added to one token's logit (SamplingParams::logit_bias).
+struct TokenBias {
+    std::int32_t id;
+    double bias;  ///< in [-100, 100]; as in OpenAI, -100 bans the id and +100 forces it in practice
+};
+
+/// The longest repetition window (SamplingParams::repeat_last_n): its ring of ids is allocated
+/// whole when the sampler is made. Longer than any Gemma 4 context.
+inline constexpr std::int32_t kMaxRepeatLastN = 1 << 20;
+
 /// How to pick the next token. Every field's neutral value switches that step off.
 struct SamplingParams {
     double temperature = 1.0;         ///< 0 = greedy argmax (lowest id among equal maxima)
     std::int32_t top_k = 0;           ///< keep exactly the k most likely (lower ids win ties); 0 = off
     double top_p = 1.0;               ///< keep the smallest set with probability mass >= p; 1 = off
     double min_p = 0.0;               ///< drop tokens less likely than min_p × the best; 0 = off
-    double repetition_penalty = 1.0;  ///< HF: positive logits ÷, negative ×, over prompt + generated
+    double repetition_penalty = 1.0;  ///< HF: positive logits ÷, negative ×, once per distinct id of the window
+    /// llama.cpp's window of the repetition penalty: the last N ids of prompt + reply; -1 = all
+    /// of them (HF's rule), 0 = no id (the penalty is off)
+    std::int32_t repeat_last_n = -1;
     double presence_penalty = 0.0;    ///< OpenAI: minus this once for every generated token id
     double frequency_penalty = 0.0;   ///< OpenAI: minus this × how often the id was generated
+    std::vector<TokenBias> logit_bias{};  ///< OpenAI: added to the ids' logits; an id listed twice gets both
     std::uint64_t seed = 0;
     std::vector<std::int32_t> suppress_tokens{};  ///< never sampled (logit set to -inf)
 };
 
 namespace detail {
 
-/// The token ids the penalties look at: every id of the prompt and of the reply so far (for the
-/// repetition penalty) and how often each id was generated (for presence/frequency). Dense
-/// tables indexed by id plus the list of ids in them, so that recording an id allocates nothing
-/// once reserve() has sized them for the vocabulary.
+/// The token ids the penalties look at: every id of the prompt and of the reply so far, or the
+/// last `window` of them (for the repetition penalty), and how often each id was generated (for
+/// presence/frequency). Dense tables indexed by id plus the list of ids in them, and a ring of
+/// the window's ids allocated whole by set_window, so that recording an id allocates nothing
+/// once reserve() has sized the tables for the vocabulary.
 class TokenHistory {
 public:
     /// Records an id of the prompt or the reply.
@@ -55,6 +78,11 @@ public:
             seen_flag_[static_cast<std::size_t>(id)] = 1;
             seen_.push_back(id);
         }
+        if (window_ > 0) {
+            ring_[static_cast<std::size_t>(position_ % window_)] = id;
+            last_at_[static_cast<std::size_t>(id)] = position_;
+        }
+        ++position_;
     }
     /// Records an id of the reply (see() it as well).
     void generate(std::int32_t id) {
@@ -63,6 +91,26 @@ public:
     }
     /// Distinct ids seen, in the order first seen.
     const std::vector<std::int32_t>& seen() const { return seen_; }
+    /// Keeps the last `n` ids seen for recent(); -1: every id, 0: none. Forgets the history.
+    void set_window(std::int32_t n) {
+        clear();
+        window_ = n;
+        ring_.assign(static_cast<std::size_t>(std::max(n, 0)), 0);
+        if (n > 0) last_at_.assign(seen_flag_.size(), 0);
+    }
+    /// Calls `f(id)` once for each distinct id among the last `window` ids seen (all of them
+    /// without a window, in the order first seen).
+    template <class F>
+    void for_each_recent(F&& f) const {
+        if (window_ < 0) {
+            for (const std::int32_t id : seen_) f(id);
+            return;
+        }
+        for (std::int64_t p = position_ - std::min<std::int64_t>(position_, window_); p < position_; ++p) {
+            const std::int32_t id = ring_[static_cast<std::size_t>(p % window_)];
+            if (last_at_[static_cast<std::size_t>(id)] == p) f(id);  // its latest place in the window: once per id
+        }
+    }
     /// Distinct ids generated, in the order first generated.
     const std::vector<std::int32_t>& generated() const { return generated_; }
     std::int32_t generated_count(std::int32_t id) const {
@@ -70,33 +118,39 @@ public:
     }
     /// Room for every id below `vocab`.
     void reserve(std::size_t vocab) {
-        if (seen_flag_.size() < vocab) {
-            seen_flag_.resize(vocab);
-            count_.resize(vocab);
-        }
+        if (seen_flag_.size() < vocab) resize_tables(vocab);
         seen_.reserve(vocab);
         generated_.reserve(vocab);
     }
+    /// Forgets every id; the window stays.
     void clear() {
         for (const std::int32_t id : seen_) seen_flag_[static_cast<std::size_t>(id)] = 0;
         for (const std::int32_t id : generated_) count_[static_cast<std::size_t>(id)] = 0;
         seen_.clear();
         generated_.clear();
+        // The ring's older entries and last_at_ need no reset: for_each_recent reads only the
+        // positions written since, each of which set its id's last_at_.
+        position_ = 0;
     }
 
 private:
     void grow(std::int32_t id) {
         const auto need = static_cast<std::size_t>(id) + 1;
-        if (seen_flag_.size() < need) {
-            const std::size_t size = std::max(need, 2 * seen_flag_.size());
-            seen_flag_.resize(size);
-            count_.resize(size);
-        }
+        if (seen_flag_.size() < need) resize_tables(std::max(need, 2 * seen_flag_.size()));
+    }
+    void resize_tables(std::size_t size) {
+        seen_flag_.resize(size);
+        count_.resize(size);
+        if (window_ > 0) last_at_.resize(size);
     }
 
     std::vector<std::uint8_t> seen_flag_;
     std::vector<std::int32_t> count_;
     std::vector<std::int32_t> seen_, generated_;
+    std::int32_t window_ = -1;
+    std::int64_t position_ = 0;         ///< ids seen since clear()
+    std::vector<std::int32_t> ring_;    ///< id seen at position p, at p % window_
+    std::vector<std::int64_t> last_at_; ///< each id's latest position (window_ > 0 only)
 };
 
 inline void check_token_id(std::int32_t id, std::size_t vocab, const char* what) {
@@ -105,18 +159,19 @@ inline void check_token_id(std::int32_t id, std::size_t vocab, const char* what)
                               " is outside the vocabulary of " + std::to_string(vocab) + " logits");
 }
 
-/// Applies the repetition, presence and frequency penalties to `scores` in place. Ids beyond
-/// the vocabulary are an error: they mean the history belongs to another model.
+/// Applies the repetition, presence and frequency penalties to `scores` in place. The
+/// repetition penalty's window is the history's (the Sampler sets it from repeat_last_n). Ids
+/// beyond the vocabulary are an error: they mean the history belongs to another model.
 inline void apply_penalties(std::span<float> scores, const SamplingParams& params,
                             const TokenHistory& history) {
     if (params.repetition_penalty != 1.0) {
         const double penalty = params.repetition_penalty;
-        for (const std::int32_t id : history.seen()) {
+        history.for_each_recent([&](std::int32_t id) {
             check_token_id(id, scores.size(), "seen");
             float& s = scores[static_cast<std::size_t>(id)];
             // Dividing a negative logit would raise it; HF multiplies so both signs move down.
             s = static_cast<float>(s < 0 ? s * penalty : s / penalty);
-        }
+        });
     }
     if (params.presence_penalty != 0.0 || params.frequency_penalty != 0.0) {
         for (const std::int32_t id : history.generated()) {
@@ -128,12 +183,39 @@ inline void apply_penalties(std::span<float> scores, const SamplingParams& param
     }
 }
 
+/// Adds each bias to its id's logit. An id beyond the vocabulary is an error naming it: the
+/// bias was meant for another model's tokens.
+inline void apply_logit_bias(std::span<float> scores, std::span<const TokenBias> logit_bias) {
+    for (const TokenBias& b : logit_bias) {
+        check_token_id(b.id, scores.size(), "logit_bias");
+        float& s = scores[static_cast<std::size_t>(b.id)];
+        s = static_cast<float>(s + b.bias);
+    }
+}
+
 /// Sets the logits of `suppress_tokens` to -inf. Ids beyond the vocabulary are skipped, as
 /// HF's SuppressTokensLogitsProcessor does, so a checkpoint's list also fits smaller test models.
 inline void apply_suppression(std::span<float> scores, std::span<const std::int32_t> suppress_tokens) {
     for (const std::int32_t id : suppress_tokens)
         if (id >= 0 && static_cast<std::size_t>(id) < scores.size())
             scores[static_cast<std::size_t>(id)] = -std::numeric_limits<float>::infinity();
+}
+
+/// Sets to -inf the logit of every id whose bit in `allowed` is clear (a grammar's mask). Whole
+/// words at a time: most words of a mask are all ones or all zeros.
+inline void apply_allowed_mask(std::span<float> scores, std::span<const std::uint64_t> allowed) {
+    constexpr float kBanned = -std::numeric_limits<float>::infinity();
+    for (std::size_t w = 0; w * 64 < scores.size(); ++w) {
+        const std::uint64_t word = w < allowed.size() ? allowed[w] : 0;
+        if (word == ~std::uint64_t{0}) continue;
+        const std::size_t end = std::min(scores.size(), w * 64 + 64);
+        if (word == 0) {
+            std::fill(scores.begin() + static_cast<std::ptrdiff_t>(w * 64), scores.begin() + static_cast<std::ptrdiff_t>(end), kBanned);
+            continue;
+        }
+        for (std::size_t i = w * 64; i < end; ++i)
+            if (!((word >> (i - w * 64)) & 1)) scores[i] = kBanned;
+    }
 }
 
 /// A token still in the running, with its unnormalised probability exp((score − max) / T).
@@ -260,10 +342,10 @@ inline void filter_candidates(std::span<const float> scores, const SamplingParam
 }
 
 inline void validate(const SamplingParams& p) {
-    const auto fail = [](const char* name, double value, const char* rule) {
+    const auto fail = [](const std::string& name, double value, const std::string& rule) {
         char text[32];
         std::snprintf(text, sizeof text, "%g", value);
-        throw InvalidArgument(std::string("SamplingParams: ") + name + " = " + text + " " + rule);
+        throw InvalidArgument("SamplingParams: " + name + " = " + text + " " + rule);
     };
     if (!(p.temperature >= 0.0) || std::isinf(p.temperature))
         fail("temperature", p.temperature, "must be finite and >= 0");
@@ -274,6 +356,13 @@ inline void validate(const SamplingParams& p) {
         fail("repetition_penalty", p.repetition_penalty, "must be finite and > 0");
     if (!std::isfinite(p.presence_penalty)) fail("presence_penalty", p.presence_penalty, "must be finite");
     if (!std::isfinite(p.frequency_penalty)) fail("frequency_penalty", p.frequency_penalty, "must be finite");
+    if (p.repeat_last_n < -1 || p.repeat_last_n > kMaxRepeatLastN)
+        fail("repeat_last_n", p.repeat_last_n, "must be -1 (every id), 0 (off) or a window of at most " + std::to_string(kMaxRepeatLastN) + " ids");
+    for (const TokenBias& b : p.logit_bias) {
+        if (b.id < 0) fail("logit_bias", b.id, "contains a negative token id");
+        if (!(b.bias >= -100.0 && b.bias <= 100.0))
+            fail("logit_bias of token " + std::to_string(b.id), b.bias, "must be in [-100, 100]");
+    }
     for (const std::int32_t id : p.suppress_tokens)
         if (id < 0) fail("suppress_tokens", id, "contains a negative token id");
 }
@@ -286,9 +375,19 @@ class Sampler {
 public:
     explicit Sampler(SamplingParams params = {}) : params_(std::move(params)), rng_(params_.seed) {
         detail::validate(params_);
+        history_.set_window(params_.repeat_last_n);
     }
 
     const SamplingParams& params() const { return params_; }
+
+    /// Ids that the next sample() also suppresses, besides suppress_tokens (the generation
+    /// holds back its end ids this way until GenerateOptions::min_tokens). `ids` must stay
+    /// valid until that call, which then forgets them.
+    void suppress_next(std::span<const std::int32_t> ids) { suppress_next_ = ids; }
+    /// The next sample() draws only among the ids whose bit is set in `mask` (bit i%64 of word
+    /// i/64; ids past its end are not allowed): a grammar's mask, applied before every other
+    /// step. `mask` must stay valid until then.
+    void allow_only_next(std::span<const std::uint64_t> mask) { allow_only_next_ = mask; }
 
     /// The context the reply continues; replaces any earlier prompt and forgets generated ids.
     void set_prompt(std::span<const std::int32_t> prompt_ids) {
@@ -320,10 +419,15 @@ public:
     std::int32_t sample(std::span<const float> logits) {
         std::span<const float> scores = logits;
         history_.reserve(logits.size());  // once: later ids are recorded without allocating
-        if (needs_transform()) {
+        const std::span<const std::int32_t> suppress_also = std::exchange(suppress_next_, {});
+        const std::span<const std::uint64_t> allowed = std::exchange(allow_only_next_, {});
+        if (needs_transform() || !suppress_also.empty() || !allowed.empty()) {
             transformed_.assign(logits.begin(), logits.end());
+            if (!allowed.empty()) detail::apply_allowed_mask(transformed_, allowed);
             detail::apply_penalties(transformed_, params_, history_);
+            detail::apply_logit_bias(transformed_, params_.logit_bias);
             detail::apply_suppression(transformed_, params_.suppress_tokens);
+            detail::apply_suppression(transformed_, suppress_also);
             scores = transformed_;
         }
         if (params_.temperature == 0.0) return static_cast<std::int32_t>(detail::argmax_checked(scores));
@@ -349,7 +453,7 @@ public:
 private:
     bool needs_transform() const {
         return params_.repetition_penalty != 1.0 || params_.presence_penalty != 0.0 ||
-               params_.frequency_penalty != 0.0 || !params_.suppress_tokens.empty();
+               params_.frequency_penalty != 0.0 || !params_.logit_bias.empty() || !params_.suppress_tokens.empty();
     }
     static void check_non_negative(std::int32_t id) {
         if (id < 0) throw InvalidArgument("Sampler: token id " + std::to_string(id) + " is negative");
@@ -361,6 +465,8 @@ private:
     std::vector<float> transformed_;
     std::vector<float> as_float_;
     std::vector<detail::Candidate> candidates_;
+    std::span<const std::int32_t> suppress_next_;
+    std::span<const std::uint64_t> allow_only_next_;
 };
 
 }  // namespace GEMMA4_ABI

@@ -265,6 +265,7 @@ public:
         const auto ids = expand_placeholders(session_.tokenizer()->encode(text, /*add_special=*/false), model.config().tokens,
                                              image_tokens, audio_tokens);
         session_.check_vocab(ids);
+        if (options.constraint && options_.enable_thinking) options.thought_channel = thought_channel_ids(*session_.tokenizer());
         SoftTokenPlan<T> plan;
         if (!images.empty() || !audios.empty()) plan = plan_soft_tokens<T>(model, ids, images, audios);
         GenerationResult r = session_.generate(std::span<const std::int32_t>(ids), options,
@@ -298,6 +299,14 @@ public:
     const ChatOptions& options() const { return options_; }
 
 private:
+    /// <|channel> and <channel|>, where the tokenizer has both: a thought channel is free text
+    /// before the constrained answer.
+    static std::array<std::int32_t, 2> thought_channel_ids(const Tokenizer& tokenizer) {
+        const auto start = tokenizer.token_to_id(kChannelStart), end = tokenizer.token_to_id(kChannelEnd);
+        if (!start || !end) return {-1, -1};
+        return {*start, *end};
+    }
+
     Session<T> session_;
     ChatOptions options_;
     std::vector<ChatMessage> pending_messages_;

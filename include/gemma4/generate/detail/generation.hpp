@@ -8,6 +8,7 @@
 
 #include <gemma4/abi.hpp>
 
+#include <gemma4/generate/detail/reply_constraint.hpp>
 #include <gemma4/generate/drafter.hpp>
 #include <gemma4/generate/generate_options.hpp>
 #include <gemma4/generate/sampler.hpp>
@@ -44,6 +45,17 @@ inline std::optional<FinishReason> finish_after(std::int32_t id, const GenerateO
     if (std::find(options.stop_ids.begin(), options.stop_ids.end(), id) != options.stop_ids.end()) return FinishReason::StopId;
     if (!keep_going) return FinishReason::Cancelled;
     return std::nullopt;
+}
+
+/// The ids whose sampling would end the reply by finish_after's rules: the end ids (or the
+/// model's eos ids) and the stop ids; negative ones (`{-1}`: no end id) left out.
+inline std::vector<std::int32_t> ending_ids(const GenerateOptions& options, const TokenIds& tokens) {
+    std::vector<std::int32_t> ids;
+    if (options.end_ids.empty()) ids.assign(tokens.eos.begin(), tokens.eos.begin() + static_cast<std::ptrdiff_t>(tokens.eos_count));
+    else ids = options.end_ids;
+    ids.insert(ids.end(), options.stop_ids.begin(), options.stop_ids.end());
+    std::erase_if(ids, [](std::int32_t id) { return id < 0; });
+    return ids;
 }
 
 /// The end of a prefill chunk that starts at `at` of `size` ids and takes at most `limit`. An
@@ -90,6 +102,10 @@ public:
         if (history_) history_->reserve(history_->size() + most);
         if (tokenizer) text_.reserve(8 * most);
         if (rng_state) sampler_.set_rng_state(*rng_state);
+        if (options.min_tokens < 0)
+            throw InvalidArgument("GenerateOptions::min_tokens must be >= 0, not " + std::to_string(options.min_tokens));
+        if (options.min_tokens > 0) held_back_ = ending_ids(options, model.config().tokens);
+        if (options.constraint) constraint_.emplace(options, ending_ids(options, model.config().tokens));
     }
 
     /// Samples the step's rows from `first_row` on: the row after the pending id, then, while
@@ -133,6 +149,7 @@ public:
     /// Cuts a drafter's proposal to what the target can verify (trim_draft) and counts it.
     void accept_draft(std::vector<std::int32_t>& draft, std::int64_t budget) {
         trim_draft(draft, budget, options_->speculative, model_->config());
+        if (constraint_) constraint_->trim(draft);
         drafted_ += static_cast<std::int64_t>(draft.size());
     }
 
@@ -202,8 +219,12 @@ private:
         const GenerateOptions& o = *options_;
         if (generated() >= o.max_new_tokens) return FinishReason::MaxTokens;
         if (cancelled()) return FinishReason::Cancelled;
+        // Not yet min_tokens long: no end, unless the grammar allows nothing else.
+        if (generated() < o.min_tokens && (!constraint_ || constraint_->can_continue())) sampler_.suppress_next(held_back_);
+        if (constraint_) constraint_->restrict(sampler_);
         const std::int32_t id = sampler_.sample(logits);
         sampler_.accept(id);
+        if (constraint_) constraint_->accept(id);
         if (!first_) first_ = clock::now();
         ids_.push_back(id);
         if (history_) history_->push_back(id);
@@ -233,6 +254,8 @@ private:
     std::function<void(std::int32_t)> on_sampled_;
     std::int64_t context_limit_;
     std::vector<std::int32_t> ids_;
+    std::vector<std::int32_t> held_back_;  ///< ending_ids(), suppressed until min_tokens ids are sampled
+    std::optional<ReplyConstraint> constraint_;
     std::string text_, piece_;
     std::vector<T> hidden_;  ///< final-normed state of the row that sampled pending()
     std::int64_t drafted_ = 0, accepted_ = 0;

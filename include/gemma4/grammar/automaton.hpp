@@ -1,0 +1,286 @@
+// The grammar's pushdown automaton, determinized lazily over bytes: the matcher's engine.
+//
+// A parse position is a stack of grammar positions, stored as a node (position, parent node);
+// nodes are interned, so equal stacks are one id. A state is the set of stacks that the text so
+// far leaves open (each topped by a character class), whether the text may end here, and the
+// bytes of a character not yet complete. States are interned too, and each state's 256 byte
+// transitions are computed the first time they are asked for and remembered. Text inside a JSON
+// string, say, returns to the same state after each character, so after a few tokens almost
+// every step is a table lookup.
+//
+// The set of tokens a state allows is one walk of the vocabulary's trie through the transition
+// table, skipping every subtree whose prefix is already impossible; it is remembered per state.
+//
+// One automaton serves every matcher of its grammar (all the sequences of an Engine that share
+// a schema); a mutex guards it.
+#pragma once
+
+#include <gemma4/abi.hpp>
+
+#include <gemma4/error.hpp>
+#include <gemma4/grammar/gbnf.hpp>
+#include <gemma4/grammar/token_vocabulary.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace gemma4 {
+inline namespace GEMMA4_ABI {
+
+/// Bounds on the automaton a grammar grows while it is used, so that an ambiguous grammar fails
+/// with an error rather than exhausting memory.
+struct AutomatonLimits {
+    std::size_t max_states = 1 << 17;        ///< each holds a 1 KiB transition table
+    std::size_t max_nodes = 1 << 22;
+    std::size_t max_stacks_per_state = 4096;
+    std::size_t mask_cache_bytes = 256 << 20;  ///< remembered token masks; forgotten all at once when full
+};
+
+namespace detail {
+
+class GrammarAutomaton {
+public:
+    static constexpr std::int32_t kDead = -1;
+    static constexpr std::uint32_t kStart = 0;
+
+    GrammarAutomaton(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary, const AutomatonLimits& limits = {})
+        : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), limits_(limits) {
+        State start;
+        for (const std::uint32_t alternative : grammar_.alternatives[grammar_.root])
+            expand(intern_node(alternative, kNoParent), start);
+        finish_state(start);
+        intern_state(std::move(start));
+    }
+
+    const Grammar& grammar() const { return grammar_; }
+    const TokenVocabulary& vocabulary() const { return *vocabulary_; }
+
+    /// The state after `bytes` from `state`, or kDead.
+    std::int32_t walk(std::uint32_t state, std::string_view bytes) {
+        std::lock_guard lock(mutex_);
+        std::int32_t s = static_cast<std::int32_t>(state);
+        for (std::size_t i = 0; i < bytes.size() && s != kDead; ++i) s = next(static_cast<std::uint32_t>(s), static_cast<std::uint8_t>(bytes[i]));
+        return s;
+    }
+
+    /// Whether the text may end in `state` (its grammar is complete and no character is split).
+    bool can_end(std::uint32_t state) {
+        std::lock_guard lock(mutex_);
+        return states_[state].accepting;
+    }
+
+    /// Whether some character may follow in `state` (a stack is open).
+    bool can_continue(std::uint32_t state) {
+        std::lock_guard lock(mutex_);
+        return !states_[state].tops.empty();
+    }
+
+    /// Sets in `bits` (one bit per vocabulary id, 64 per word) the text tokens that `state`
+    /// allows, and clears the others.
+    void fill_mask(std::uint32_t state, std::span<std::uint64_t> bits) {
+        std::lock_guard lock(mutex_);
+        if (mask_slot_.size() <= state) mask_slot_.resize(state + 1, -1);
+        if (mask_slot_[state] < 0) compute_mask(state);
+        const auto& mask = masks_[static_cast<std::size_t>(mask_slot_[state])];
+        std::copy_n(mask.begin(), std::min(mask.size(), bits.size()), bits.begin());
+        std::fill(bits.begin() + static_cast<std::ptrdiff_t>(std::min(mask.size(), bits.size())), bits.end(), 0);
+    }
+
+    /// States and remembered masks so far (for the bench and tests).
+    std::size_t state_count() {
+        std::lock_guard lock(mutex_);
+        return states_.size();
+    }
+    std::size_t mask_count() {
+        std::lock_guard lock(mutex_);
+        return masks_.size();
+    }
+
+private:
+    static constexpr std::uint32_t kNoParent = 0xFFFFFFFFu;
+    static constexpr std::int32_t kUnknown = -2;
+
+    struct Node {
+        std::uint32_t position;  ///< the next element to match in this frame
+        std::uint32_t parent;    ///< the frame to return to, or kNoParent
+    };
+
+    /// A set of open stacks (by their top node, sorted), and a character in progress: its value
+    /// so far and the continuation bytes still to come (0: none in progress).
+    struct State {
+        std::vector<std::uint32_t> tops;
+        bool accepting = false;
+        std::uint8_t pending = 0, length = 0;
+        char32_t value = 0;
+    };
+
+    std::uint32_t intern_node(std::uint32_t position, std::uint32_t parent) {
+        const std::uint64_t key = (std::uint64_t{position} << 32) | parent;
+        const auto [it, added] = node_ids_.try_emplace(key, static_cast<std::uint32_t>(nodes_.size()));
+        if (added) {
+            if (nodes_.size() >= limits_.max_nodes)
+                throw GrammarError("grammar: more than " + std::to_string(limits_.max_nodes) + " parse stacks; the grammar is too ambiguous");
+            nodes_.push_back({position, parent});
+        }
+        return it->second;
+    }
+
+    /// Adds to `out` the stacks that start from node `id` and are topped by a character class;
+    /// sets out.accepting when one of them is the empty stack (the grammar is complete).
+    void expand(std::uint32_t id, State& out) {
+        while (true) {
+            const Node node = nodes_[id];
+            const Grammar::Element& e = grammar_.elements[node.position];
+            if (e.op == Grammar::Op::Chars) {
+                out.tops.push_back(id);
+                return;
+            }
+            if (e.op == Grammar::Op::End) {
+                if (node.parent == kNoParent) {
+                    out.accepting = true;
+                    return;
+                }
+                id = node.parent;
+                continue;
+            }
+            // A rule reference: its frame returns to the element after it. When that is the end
+            // of this frame, it returns straight to this frame's parent, so x* (x x* | "") and
+            // other right recursion keep a constant stack depth.
+            const std::uint32_t after = node.position + 1;
+            const std::uint32_t back = grammar_.elements[after].op == Grammar::Op::End ? node.parent : intern_node(after, node.parent);
+            for (const std::uint32_t alternative : grammar_.alternatives[e.arg]) expand(intern_node(alternative, back), out);
+            return;
+        }
+    }
+
+    void finish_state(State& s) {
+        std::sort(s.tops.begin(), s.tops.end());
+        s.tops.erase(std::unique(s.tops.begin(), s.tops.end()), s.tops.end());
+        if (s.tops.size() > limits_.max_stacks_per_state)
+            throw GrammarError("grammar: more than " + std::to_string(limits_.max_stacks_per_state) +
+                               " parses open at once; the grammar is too ambiguous");
+    }
+
+    std::uint32_t intern_state(State s) {
+        std::string key(reinterpret_cast<const char*>(s.tops.data()), s.tops.size() * sizeof(std::uint32_t));
+        key.push_back(static_cast<char>(s.accepting));
+        key.push_back(static_cast<char>(s.pending));
+        key.push_back(static_cast<char>(s.length));
+        key.append(reinterpret_cast<const char*>(&s.value), sizeof s.value);
+        const auto [it, added] = state_ids_.try_emplace(std::move(key), static_cast<std::uint32_t>(states_.size()));
+        if (added) {
+            if (states_.size() >= limits_.max_states)
+                throw GrammarError("grammar: more than " + std::to_string(limits_.max_states) + " automaton states; the grammar is too ambiguous");
+            states_.push_back(std::move(s));
+            transitions_.resize(states_.size() * 256, kUnknown);
+        }
+        return it->second;
+    }
+
+    std::int32_t next(std::uint32_t state, std::uint8_t byte) {
+        std::int32_t& cached = transitions_[std::size_t{state} * 256 + byte];
+        if (cached != kUnknown) return cached;
+        const std::int32_t computed = compute_next(state, byte);
+        transitions_[std::size_t{state} * 256 + byte] = computed;  // `cached` may have moved
+        return computed;
+    }
+
+    std::int32_t compute_next(std::uint32_t state, std::uint8_t byte) {
+        const State& from = states_[state];
+        State to;
+        to.tops = from.tops;  // a character in progress keeps the stacks it will advance
+        if (from.pending == 0) {
+            if (byte < 0x80) return advance(to.tops, byte);
+            to.length = byte >= 0xC2 && byte <= 0xDF ? 2 : byte >= 0xE0 && byte <= 0xEF ? 3 : byte >= 0xF0 && byte <= 0xF4 ? 4 : 0;
+            if (to.length == 0) return kDead;
+            to.pending = static_cast<std::uint8_t>(to.length - 1);
+            to.value = byte & (0x7Fu >> to.length);
+        } else {
+            if ((byte & 0xC0) != 0x80) return kDead;
+            to.length = from.length;
+            to.pending = static_cast<std::uint8_t>(from.pending - 1);
+            to.value = (from.value << 6) | (byte & 0x3Fu);
+        }
+        // The smallest code point of each encoded length (shorter encodings are overlong).
+        static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (to.pending == 0) {
+            const char32_t c = to.value;
+            if (c < kSmallest[to.length] || c > kMaxCodePoint || (c >= 0xD800 && c <= 0xDFFF)) return kDead;
+            return advance(to.tops, c);
+        }
+        // Keep a character in progress only if some open class could take one of its completions
+        // (classes hold no surrogates, so the range needs no gap for them).
+        const char32_t lo = std::max<char32_t>(to.value << (6 * to.pending), kSmallest[to.length]);
+        const char32_t hi = std::min<char32_t>((to.value << (6 * to.pending)) | ((char32_t{1} << (6 * to.pending)) - 1), kMaxCodePoint);
+        if (lo > hi) return kDead;
+        const bool viable = std::any_of(to.tops.begin(), to.tops.end(), [&](std::uint32_t top) {
+            return grammar_.class_at(nodes_[top].position).intersects(lo, hi);
+        });
+        return viable ? static_cast<std::int32_t>(intern_state(std::move(to))) : kDead;
+    }
+
+    /// The state after the complete character `c` from the stacks `tops`.
+    std::int32_t advance(const std::vector<std::uint32_t>& tops, char32_t c) {
+        State out;
+        for (const std::uint32_t top : tops) {
+            const Node node = nodes_[top];
+            if (grammar_.class_at(node.position).contains(c)) expand(intern_node(node.position + 1, node.parent), out);
+        }
+        if (out.tops.empty() && !out.accepting) return kDead;
+        finish_state(out);
+        return static_cast<std::int32_t>(intern_state(std::move(out)));
+    }
+
+    /// One preorder walk of the trie: a node whose prefix leads nowhere skips its subtree.
+    void compute_mask(std::uint32_t state) {
+        const TokenTrie& trie = vocabulary_->trie();
+        std::vector<std::uint64_t> bits((vocabulary_->size() + 63) / 64, 0);
+        std::vector<std::uint32_t> at_depth(trie.max_depth + 1);
+        at_depth[0] = state;
+        for (std::size_t i = 1; i < trie.nodes();) {
+            const std::uint32_t depth = trie.depth[i];
+            const std::int32_t s = next(at_depth[depth - 1], trie.label[i]);
+            if (s == kDead) {
+                i = trie.subtree_end[i];
+                continue;
+            }
+            at_depth[depth] = static_cast<std::uint32_t>(s);
+            for (std::uint32_t k = trie.ids_begin[i]; k < trie.ids_begin[i + 1]; ++k) {
+                const auto id = static_cast<std::size_t>(trie.ids[k]);
+                bits[id >> 6] |= std::uint64_t{1} << (id & 63);
+            }
+            ++i;
+        }
+        if ((masks_.size() + 1) * bits.size() * sizeof(std::uint64_t) > limits_.mask_cache_bytes) {
+            masks_.clear();
+            std::fill(mask_slot_.begin(), mask_slot_.end(), -1);
+        }
+        if (mask_slot_.size() <= state) mask_slot_.resize(state + 1, -1);
+        mask_slot_[state] = static_cast<std::int32_t>(masks_.size());
+        masks_.push_back(std::move(bits));
+    }
+
+    Grammar grammar_;
+    std::shared_ptr<const TokenVocabulary> vocabulary_;
+    AutomatonLimits limits_;
+    std::mutex mutex_;
+    std::vector<Node> nodes_;
+    std::unordered_map<std::uint64_t, std::uint32_t> node_ids_;
+    std::vector<State> states_;
+    std::unordered_map<std::string, std::uint32_t> state_ids_;
+    std::vector<std::int32_t> transitions_;  ///< 256 per state: kUnknown, kDead or the next state
+    std::vector<std::int32_t> mask_slot_;    ///< per state: its mask in masks_, or -1
+    std::vector<std::vector<std::uint64_t>> masks_;
+};
+
+}  // namespace detail
+}  // namespace GEMMA4_ABI
+}  // namespace gemma4
