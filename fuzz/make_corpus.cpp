@@ -156,6 +156,20 @@ void chat() {
 
 // ---------------------------------------------------------------------------------------------
 
+void gbnf() {
+    put("gbnf", "json", "root ::= value\nvalue ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+                        "object ::= \"{\" ( string \":\" value ( \",\" string \":\" value )* )? \"}\"\n"
+                        "array ::= \"[\" ( value ( \",\" value )* )? \"]\"\n"
+                        "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\nt] )* \"\\\"\"\n"
+                        "number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]+ )?\n");
+    put("gbnf", "repetitions", "root ::= ( [a-c]{2,5} | \"x\"+ )* \"!\"? item{3}\n# comment\nitem ::= \"é\" | [\\u4e00-\\u9fff]\n   | .\n");
+    put("gbnf", "recursion", "root ::= \"(\" root \")\" root | \"\"\n");
+    put("gbnf", "left_recursion", "root ::= root \"a\" | \"a\"\n");
+    put("gbnf", "undefined", "root ::= missing\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+
 void npy(const fs::path& tmp) {
     const std::vector<float> f = {1.5f, -2.0f, 0.25f, 8.0f, 0.0f, 3.0f};
     const std::vector<std::int64_t> shape23 = {2, 3}, shape6 = {6};
@@ -530,6 +544,7 @@ int main(int argc, char** argv) {
         config_json();
         tokenizers(tmp);
         chat();
+        gbnf();
         npy(tmp);
         images();
         wavs();

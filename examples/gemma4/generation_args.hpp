@@ -8,14 +8,20 @@
 #include <gemma4/generate/generation_config.hpp>
 #include <gemma4/generate/mtp_drafter.hpp>
 #include <gemma4/generate/session.hpp>
+#include <gemma4/grammar/constraint.hpp>
+#include <gemma4/grammar/gbnf.hpp>
+#include <gemma4/grammar/json_schema.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/tokenizer/gguf_tokenizer.hpp>
 #include <gemma4/tokenizer/tokenizer.hpp>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
+#include <string>
 
 namespace gemma4::cli {
 
@@ -94,6 +100,50 @@ inline Options speculative_options() {
 }
 
 /// What --draft-model / --lookup and the draft lengths ask for, checked before any model loads.
+/// --grammar / --json-schema: the reply is a sentence of a GBNF grammar, or JSON valid against a
+/// schema (docs/structured-output.md).
+inline Options constraint_options() {
+    return {
+        {"grammar", "FILE", "constrain the reply to this GBNF grammar (docs/structured-output.md)"},
+        {"json-schema", "FILE", "constrain the reply to JSON that validates against this JSON Schema"},
+    };
+}
+
+/// The grammar text of --grammar or --json-schema (compiled from the schema), read and checked
+/// before the model loads; nothing when neither is given.
+inline std::optional<std::string> read_constraint_grammar(Args& args) {
+    const auto grammar = args.get("grammar");
+    const auto schema = args.get("json-schema");
+    if (grammar && schema) throw InvalidArgument(args.command() + ": give one of --grammar and --json-schema");
+    if (!grammar && !schema) return std::nullopt;
+    const std::string path = grammar ? *grammar : *schema;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw IoError(path + ": cannot open");
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (grammar) {
+        parse_gbnf(text.str());  // its errors before the model loads
+        return text.str();
+    }
+    nlohmann::ordered_json parsed;  // properties are generated in the file's order
+    try {
+        parsed = nlohmann::ordered_json::parse(text.str());
+    } catch (const nlohmann::json::parse_error& e) {
+        throw GrammarError(path + ": not JSON: " + e.what());
+    }
+    try {
+        return json_schema_to_gbnf(parsed);
+    } catch (const GrammarError& e) {
+        throw GrammarError(path + ": " + e.what());
+    }
+}
+
+/// The constraint of that grammar over the tokenizer's vocabulary, or none.
+inline std::shared_ptr<const Constraint> make_constraint(const std::optional<std::string>& grammar, const Tokenizer& tokenizer) {
+    if (!grammar) return nullptr;
+    return Constraint::from_gbnf(*grammar, TokenVocabulary::from_tokenizer(tokenizer));
+}
+
 struct SpeculativeArgs {
     std::optional<std::filesystem::path> draft_model;
     std::optional<std::int64_t> lookup;

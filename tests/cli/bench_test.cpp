@@ -266,3 +266,27 @@ TEST_CASE("quantize --quant-block 64 writes blocks of 64 that generate as loaded
     CHECK(bad.status != 0);
     CHECK(bad.err.find("quantize: --quant-block must be 32 or 64, got '16'") != std::string::npos);
 }
+
+TEST_CASE("bench --grammar / --json-schema times the token mask over a tokenizer's vocabulary", "[cli][bench][constraint]") {
+    const auto dir = gemma4::test::temp_dir("cli_bench_grammar");
+    REQUIRE(run_cli("make-tiny --out " + (dir / "m").string()).status == 0);
+    std::ofstream(dir / "g.gbnf") << "root ::= \"{\\\"n\\\":\" [0-9]{1,3} \"}\"\n";
+    std::ofstream(dir / "s.json") << R"({"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]})";
+    const std::string tokenizer = " --tokenizer " + (dir / "m" / "tokenizer.json").string();
+    const auto r = run_cli("bench --grammar " + (dir / "g.gbnf").string() + tokenizer + " --replies 5 --json");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    // Each reply is at most {"n":999} then the end id: 2 to 9 steps, and the masks were kept.
+    CHECK(j["replies"] == 5);
+    CHECK(j["tokens"].get<std::int64_t>() >= 5 * 2);
+    CHECK(j["tokens"].get<std::int64_t>() <= 5 * 9);
+    CHECK(j["masks_computed"].get<std::int64_t>() >= 2);
+    CHECK(j["mask"]["steps"].get<std::int64_t>() + j["first_reply_mask"]["steps"].get<std::int64_t>() == j["apply_mask"]["steps"].get<std::int64_t>());
+    CHECK(j["mask"]["median_us"].get<double>() <= j["mask"]["max_us"].get<double>());
+    const auto s = run_cli("bench --json-schema " + (dir / "s.json").string() + tokenizer + " --replies 2");
+    INFO(s.err);
+    REQUIRE(s.status == 0);
+    CHECK(s.out.find("mask, later replies") != std::string::npos);
+    CHECK(run_cli("bench --grammar " + (dir / "g.gbnf").string() + " --replies 2").err.find("--tokenizer") != std::string::npos);
+}

@@ -147,3 +147,48 @@ TEST_CASE("generate --lookup and --draft-model print exactly the plain decode's 
     CHECK(min_over_max.status == 1);
     CHECK(min_over_max.err.find("--draft-min") != std::string::npos);
 }
+
+TEST_CASE("generate and chat --grammar / --json-schema: the reply is a sentence of the grammar", "[cli][generate][constraint]") {
+    const auto dir = test::temp_dir("cli_constraint");
+    REQUIRE(run_cli("make-tiny --out " + (dir / "m").string() + " --seed 5").status == 0);
+    {
+        std::ofstream(dir / "yes_no.gbnf") << "root ::= (\"yes\" | \"no\") \", because \" [a-z ]{3,20} \".\"\n";
+        std::ofstream(dir / "person.json") << R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                                   "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+                                                   "required": ["name", "age"], "additionalProperties": false})";
+        std::ofstream(dir / "bad.gbnf") << "root ::= missing\n";
+        std::ofstream(dir / "bad.json") << R"({"type": "object", "patternProperties": {}})";
+    }
+    const std::string model = " --model " + (dir / "m").string();
+    for (const char* temperature : {"0", "1.2"}) {
+        const auto r = run_cli("generate" + model + " --prompt 'Is it?' --max-new-tokens 60 --grammar " + (dir / "yes_no.gbnf").string() +
+                               " --temperature " + temperature + " --seed 7");
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const std::string answer = r.out.substr(0, r.out.find('.') + 1);
+        CHECK((answer.rfind("yes, because ", 0) == 0 || answer.rfind("no, because ", 0) == 0));
+        CHECK(answer.back() == '.');
+    }
+    const auto json = run_cli("generate" + model + " --prompt 'Who?' --max-new-tokens 80 --temperature 1 --seed 3 --json-schema " +
+                              (dir / "person.json").string());
+    INFO(json.err);
+    REQUIRE(json.status == 0);
+    const auto reply = nlohmann::json::parse(json.out.substr(0, json.out.rfind('}') + 1));
+    CHECK(reply.size() == 2);
+    CHECK(reply.at("name").is_string());
+    CHECK(reply.at("age").get<int>() >= 0);
+    CHECK(reply.at("age").get<int>() <= 120);
+    const auto chat = run_cli("chat" + model + " --max-new-tokens 60 --grammar " + (dir / "yes_no.gbnf").string(), "Well?\n/exit\n");
+    INFO(chat.err);
+    REQUIRE(chat.status == 0);
+    CHECK((chat.out.find("yes, because ") != std::string::npos || chat.out.find("no, because ") != std::string::npos));
+
+    const auto bad = run_cli("generate" + model + " --prompt x --grammar " + (dir / "bad.gbnf").string());
+    CHECK(bad.status == 1);
+    CHECK(bad.err.find("undefined rule \"missing\"") != std::string::npos);
+    const auto bad_schema = run_cli("generate" + model + " --prompt x --json-schema " + (dir / "bad.json").string());
+    CHECK(bad_schema.status == 1);
+    CHECK(bad_schema.err.find("patternProperties") != std::string::npos);
+    const auto both = run_cli("generate" + model + " --prompt x --grammar a --json-schema b");
+    CHECK(both.err.find("give one of --grammar and --json-schema") != std::string::npos);
+}

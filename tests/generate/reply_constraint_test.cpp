@@ -173,7 +173,7 @@ TEST_CASE("a restored session's constrained reply equals the original's", "[cons
     CHECK(is_sentence(c, answer(a)));
 }
 
-TEST_CASE("a thought channel opens the reply unconstrained; the grammar starts after it closes", "[constraint]") {
+TEST_CASE("a thought channel opens the reply unconstrained and the grammar starts after it closes", "[constraint]") {
     const auto& info = constraint_fixture().files.info;
     const auto c = compile("root ::= \"ok\"");
     GenerateOptions o;

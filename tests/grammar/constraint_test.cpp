@@ -305,3 +305,24 @@ TEST_CASE("constraint: the vocabulary's trie holds every text id once, in preord
     for (std::size_t id = 0; id + 1 < vocab->size(); ++id) CHECK(seen[id] == 1);
     CHECK(seen.back() == 0);  // the special id is not text
 }
+
+TEST_CASE("constraint: a grammar names special tokens by their text or any token by its id", "[grammar]") {
+    const auto vocab = small_vocabulary();
+    const std::int32_t special = static_cast<std::int32_t>(vocab->size() - 1);
+    const std::int32_t a = 'a' - 32, b = 'b' - 32, x = 'x' - 32;
+    GrammarMatcher matcher(Constraint::from_gbnf("root ::= \"a\" <special> ( \"b\" | <[" + std::to_string(x) + "]> )", vocab), {});
+    CHECK_FALSE(matcher.allows(special));
+    matcher.accept(a);
+    const auto mask = bits_of(matcher.allowed(), vocab->size());
+    CHECK(mask[static_cast<std::size_t>(special)]);
+    CHECK(std::count(mask.begin(), mask.end(), true) == 1);
+    matcher.accept(special);
+    CHECK(matcher.allows(b));
+    CHECK(matcher.allows(x));
+    matcher.accept(x);
+    CHECK(matcher.can_end());
+    CHECK_THROWS_WITH(Constraint::from_gbnf("root ::= <nope>", vocab), "grammar: <nope> is not a special token of the vocabulary");
+    CHECK_THROWS_WITH(Constraint::from_gbnf("root ::= <[99999]>", vocab), Catch::Contains("is outside the vocabulary"));
+    CHECK_THROWS_WITH(gemma4::parse_gbnf("root ::= <abc"), Catch::Contains("unterminated token reference"));
+    CHECK_THROWS_WITH(gemma4::parse_gbnf("root ::= <[1x]>"), Catch::Contains("token id reference must be <[N]>"));
+}

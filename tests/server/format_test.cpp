@@ -212,6 +212,7 @@ TEST_CASE("chat requests: fields, types and values are checked and named", "[ser
         {R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", "temperature"},
         {R"({"messages":[{"role":"user","content":"x"}],"temperature":3})", "temperature"},
         {R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})", "top_p"},
+        {R"({"messages":[{"role":"user","content":"x"}],"top_p":0})", "top_p"},
         {R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})", "stop[0]"},
         {R"({"messages":[{"role":"user","content":"x"}],"stop":5})", "stop"},
         {R"({"messages":[{"role":"user","content":"x"}],"n":2})", "n"},
@@ -244,6 +245,71 @@ TEST_CASE("chat requests: fields, types and values are checked and named", "[ser
         CHECK(std::string(e.what()).find("not fetched") != std::string::npos);
         CHECK(e.code == "remote_url_not_supported");
     }
+}
+
+TEST_CASE("penalties, logit_bias, repeat_last_n, min_tokens and seed are read and checked, naming the field", "[server][request]") {
+    const json ok = json::parse(R"({"prompt":"x","max_tokens":9,"presence_penalty":-2,"frequency_penalty":1.5,"repetition_penalty":1.2,
+        "repeat_last_n":64,"min_tokens":9,"seed":18446744073709551615,"logit_bias":{"5":100,"17":-100,"300":0.25}})");
+    const SamplingFields s = parse_sampling(ok);
+    CHECK(s.presence_penalty == -2.0);
+    CHECK(s.frequency_penalty == 1.5);
+    CHECK(s.repetition_penalty == 1.2);
+    CHECK(s.repeat_last_n == 64);
+    CHECK(s.min_tokens == 9);
+    CHECK(s.seed == 18446744073709551615u);
+    REQUIRE(s.logit_bias.size() == 3);
+    std::map<std::int32_t, double> bias;
+    for (const auto& b : s.logit_bias) bias[b.id] = b.bias;
+    CHECK(bias == std::map<std::int32_t, double>{{5, 100.0}, {17, -100.0}, {300, 0.25}});
+    const SamplingFields defaults = parse_sampling(json::parse(R"({"prompt":"x"})"));
+    CHECK_FALSE(defaults.presence_penalty);
+    CHECK_FALSE(defaults.repetition_penalty);
+    CHECK_FALSE(defaults.repeat_last_n);
+    CHECK_FALSE(defaults.min_tokens);
+    CHECK(defaults.logit_bias.empty());
+    CHECK(parse_sampling(json::parse(R"({"repeat_last_n":-1})")).repeat_last_n == -1);
+    CHECK(parse_sampling(json::parse(R"({"seed":-1})")).seed == 18446744073709551615u);  // as its 64 bits
+
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {R"({"presence_penalty":2.5})", "presence_penalty"},
+        {R"({"presence_penalty":"high"})", "presence_penalty"},
+        {R"({"frequency_penalty":-2.01})", "frequency_penalty"},
+        {R"({"repetition_penalty":0})", "repetition_penalty"},
+        {R"({"repetition_penalty":-1})", "repetition_penalty"},
+        {R"({"repetition_penalty":"1"})", "repetition_penalty"},
+        {R"({"repeat_last_n":-2})", "repeat_last_n"},
+        {R"({"repeat_last_n":1.5})", "repeat_last_n"},
+        {R"({"repeat_last_n":2000000})", "repeat_last_n"},
+        {R"({"min_tokens":-1})", "min_tokens"},
+        {R"({"min_tokens":5,"max_tokens":4})", "min_tokens"},
+        {R"({"logit_bias":[1,2]})", "logit_bias"},
+        {R"({"logit_bias":{"abc":1}})", "logit_bias"},
+        {R"({"logit_bias":{"-5":1}})", "logit_bias"},
+        {R"({"logit_bias":{"+5":1}})", "logit_bias"},
+        {R"({"logit_bias":{"4.5":1}})", "logit_bias"},
+        {R"({"logit_bias":{"":1}})", "logit_bias"},
+        {R"({"logit_bias":{"99999999999":1}})", "logit_bias"},
+        {R"({"logit_bias":{"5":100.5}})", "logit_bias"},
+        {R"({"logit_bias":{"5":-101}})", "logit_bias"},
+        {R"({"logit_bias":{"5":"up"}})", "logit_bias"},
+        {R"({"seed":1.5})", "seed"},
+    };
+    for (const auto& [body, param] : bad) {
+        INFO(body);
+        try {
+            parse_sampling(json::parse(body));
+            FAIL("accepted");
+        } catch (const ApiError& e) {
+            CHECK(e.status == 400);
+            CHECK(e.param == param);
+            CHECK(std::string(e.what()).rfind(param + ": ", 0) == 0);
+        }
+    }
+    // The chat endpoint reads the same fields.
+    const ChatRequest chat = parse_chat_request(json::parse(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"7":3},"min_tokens":2})"));
+    CHECK(chat.sampling.min_tokens == 2);
+    REQUIRE(chat.sampling.logit_bias.size() == 1);
+    CHECK(chat.sampling.logit_bias[0].id == 7);
 }
 
 TEST_CASE("thinking is on only when asked", "[server][request]") {

@@ -1,12 +1,15 @@
 // The official `openai` npm client against `gemma4 serve` (run by openai_client_test.cpp, which
 // installs the package and starts the server): chat with and without streaming, usage, stop
-// strings, a tool-call round trip, tool_choice, an image message, and errors as the client's typed errors.
+// strings, a tool-call round trip, tool_choice, an image message, logit_bias, seeds, penalties,
+// min_tokens, the model's alias, structured output (json_schema, json_object), and errors as
+// the client's typed errors.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
 const baseURL = process.env.GEMMA4_BASE_URL;
 const apiKey = process.env.GEMMA4_API_KEY;
 const model = process.env.GEMMA4_MODEL;
+const alias = process.env.GEMMA4_MODEL_ALIAS;
 const image = process.env.GEMMA4_IMAGE_DATA_URL;
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 120000 });
 
@@ -94,6 +97,64 @@ const seen = await client.chat.completions.create({
 });
 assert.ok(seen.usage.prompt_tokens > 10);
 
+// Sampling fields: logit_bias forcing an id, a seed, the penalties and vLLM's and llama-server's
+// fields (min_tokens, repetition_penalty, repeat_last_n), asked for under the model's alias,
+// streamed and not. Soft-capped logits lie within ±30, so a bias of +100 leaves no other choice.
+const root = baseURL.replace(/\/v1$/, '');
+const post = async (path, body) => {
+  const r = await fetch(`${root}${path}`, {
+    method: 'POST', headers: { Authorization: `Bearer ${apiKey}`, 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+  });
+  assert.equal(r.status, 200);
+  return r.json();
+};
+const [word] = (await post('/tokenize', { content: 'the' })).tokens;
+const endOfTurn = (await post('/tokenize', { content: '<turn|>' })).tokens;
+assert.equal(endOfTurn.length, 1);
+const wordTimes = async (n) => (await post('/detokenize', { tokens: Array(n).fill(word) })).content;
+const chatText = async (body) => {
+  if (!body.stream) return (await client.chat.completions.create(body)).choices[0].message.content;
+  let text = '';
+  for await (const chunk of await client.chat.completions.create(body))
+    for (const choice of chunk.choices) text += choice.delta.content ?? '';
+  return text;
+};
+const completionText = async (body) => {
+  if (!body.stream) return (await client.completions.create(body)).choices[0].text;
+  let text = '';
+  for await (const chunk of await client.completions.create(body))
+    for (const choice of chunk.choices) text += choice.text ?? '';
+  return text;
+};
+
+const forcedChat = { model: alias, messages: user('Hello!'), max_tokens: 4, temperature: 1, seed: 5, logit_bias: { [word]: 100 } };
+const biased = await client.chat.completions.create(forcedChat);
+assert.equal(biased.choices[0].message.content, await wordTimes(4));
+assert.equal(biased.model, model);  // the served name, whichever of its names was asked for
+assert.equal(await chatText({ ...forcedChat, stream: true }), await wordTimes(4));
+const forcedText = { model: alias, prompt: 'Once upon', max_tokens: 3, temperature: 0, logit_bias: { [word]: 100 } };
+assert.equal(await completionText(forcedText), await wordTimes(3));
+assert.equal(await completionText({ ...forcedText, stream: true }), await wordTimes(3));
+
+const seeded = {
+  model: alias, messages: user('Tell me something'), max_tokens: 8, temperature: 1.5, top_p: 0.95, seed: 1234,
+  frequency_penalty: 0.5, presence_penalty: -0.5, repetition_penalty: 1.3, repeat_last_n: 16,
+};
+const once = await chatText(seeded);
+assert.equal(await chatText(seeded), once);
+assert.equal(await chatText({ ...seeded, stream: true }), once);
+const seededText = { ...seeded, messages: undefined, prompt: 'Once upon' };
+assert.equal(await completionText({ ...seededText, stream: true }), await completionText(seededText));
+
+// min_tokens holds back the end of turn that a bias forces: three ids, then the end.
+const endForced = { model, messages: user('Hello!'), max_tokens: 10, temperature: 0, logit_bias: { [endOfTurn[0]]: 100 } };
+assert.equal((await client.chat.completions.create(endForced)).usage.completion_tokens, 1);
+assert.equal((await client.chat.completions.create({ ...endForced, min_tokens: 3 })).usage.completion_tokens, 4);
+let heldUsage = null;
+for await (const chunk of await client.chat.completions.create({ ...endForced, min_tokens: 3, stream: true, stream_options: { include_usage: true } }))
+  if (chunk.usage) heldUsage = chunk.usage;
+assert.equal(heldUsage.completion_tokens, 4);
+
 // Errors arrive as the client's typed errors.
 const rejects = async (promise, type, check = () => {}) => {
   try {
@@ -117,11 +178,73 @@ await rejects(client.chat.completions.create({
 }), OpenAI.BadRequestError, (e) => assert.match(e.message, /not fetched/));
 await rejects(client.chat.completions.create({ model, messages: user('x'.repeat(40000)) }), OpenAI.BadRequestError,
   (e) => assert.equal(e.code, 'context_length_exceeded'));
+const badParam = (param) => (e) => assert.equal(e.param, param);
+for (const [fields, param] of [
+  [{ logit_bias: { [word]: 150 } }, 'logit_bias'],
+  [{ logit_bias: { 999999: 1 } }, 'logit_bias'],
+  [{ logit_bias: { abc: 1 } }, 'logit_bias'],
+  [{ frequency_penalty: 2.5 }, 'frequency_penalty'],
+  [{ presence_penalty: -2.5 }, 'presence_penalty'],
+  [{ repetition_penalty: 0 }, 'repetition_penalty'],
+  [{ min_tokens: 5, max_tokens: 2 }, 'min_tokens'],
+]) {
+  await rejects(client.chat.completions.create({ model, messages: user('x'), ...fields }), OpenAI.BadRequestError, badParam(param));
+  await rejects(client.chat.completions.create({ model, messages: user('x'), stream: true, ...fields }), OpenAI.BadRequestError, badParam(param));
+  await rejects(client.completions.create({ model, prompt: 'x', ...fields }), OpenAI.BadRequestError, badParam(param));
+}
 
 // Models and text completions.
 const models = await client.models.list();
-assert.equal(models.data[0].id, model);
+assert.deepEqual(models.data.map((m) => m.id), [model, alias]);
+assert.equal((await client.models.retrieve(alias)).id, alias);
 const text = await client.completions.create({ model, prompt: 'Once upon', max_tokens: 4, temperature: 0 });
 assert.equal(typeof text.choices[0].text, 'string');
+
+// Structured output: a json_schema reply parses and validates (checked here by hand), streamed
+// and not; json_object gives an object; a schema keyword the compiler does not know is a 400.
+const schema = {
+  type: 'object',
+  properties: {
+    city: { type: 'string', maxLength: 20 },
+    celsius: { type: 'integer', minimum: -60, maximum: 60 },
+    sky: { enum: ['clear', 'cloudy', 'rain'] },
+  },
+  required: ['city', 'celsius', 'sky'],
+  additionalProperties: false,
+};
+const checkWeather = (text) => {
+  const v = JSON.parse(text);
+  assert.deepEqual(Object.keys(v).sort(), ['celsius', 'city', 'sky']);
+  assert.equal(typeof v.city, 'string');
+  assert.ok([...v.city].length <= 20);  // maxLength counts code points, not UTF-16 units
+  assert.ok(Number.isInteger(v.celsius) && v.celsius >= -60 && v.celsius <= 60);
+  assert.ok(['clear', 'cloudy', 'rain'].includes(v.sky));
+};
+const responseFormat = { type: 'json_schema', json_schema: { name: 'weather', schema, strict: true } };
+for (const seed of [1, 2, 3]) {
+  const structured = await client.chat.completions.create({
+    model, messages: user('Weather in Paris as JSON?'), max_tokens: 120, temperature: 1, seed, response_format: responseFormat,
+  });
+  assert.equal(structured.choices[0].finish_reason, 'stop');
+  checkWeather(structured.choices[0].message.content);
+  const streamedStructured = await client.chat.completions.create({
+    model, messages: user('Weather in Paris as JSON?'), max_tokens: 120, temperature: 1, seed, response_format: responseFormat, stream: true,
+  });
+  let streamedJson = '';
+  for await (const chunk of streamedStructured) for (const choice of chunk.choices) streamedJson += choice.delta.content ?? '';
+  assert.equal(streamedJson, structured.choices[0].message.content);
+}
+// Any object: its strings are unbounded, so a random model may run to max_tokens inside one;
+// the text is then the start of an object.
+const anyObject = await client.chat.completions.create({
+  model, messages: user('Anything as JSON'), max_tokens: 120, seed: 4, response_format: { type: 'json_object' },
+});
+const objectText = anyObject.choices[0].message.content;
+if (anyObject.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(objectText), 'object');
+else assert.ok(objectText.startsWith('{'));
+await rejects(client.chat.completions.create({
+  model, messages: user('x'),
+  response_format: { type: 'json_schema', json_schema: { name: 'bad', schema: { type: 'object', patternProperties: {} } } },
+}), OpenAI.BadRequestError, (e) => { assert.equal(e.param, 'response_format.json_schema.schema'); assert.match(e.message, /patternProperties/); });
 
 console.log('openai client: ok');

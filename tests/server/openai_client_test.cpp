@@ -10,7 +10,7 @@
 
 using namespace gemma4::test;
 
-TEST_CASE("the openai npm client: chat, streaming, usage, stop, tools, images, typed errors", "[server][e2e][openai]") {
+TEST_CASE("the openai npm client: chat, streaming, usage, stop, tools, images, sampling fields, an alias, typed errors", "[server][e2e][openai]") {
 #ifndef GEMMA4_HAVE_SERVE
     GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
 #endif
@@ -25,12 +25,12 @@ TEST_CASE("the openai npm client: chat, streaming, usage, stop, tools, images, t
     }
     std::filesystem::copy_file(std::filesystem::path(GEMMA4_SERVER_TEST_DIR) / "openai_client.mjs", dir / "openai_client.mjs",
                                std::filesystem::copy_options::overwrite_existing);
-    ServerProcess server({"--api-key", "node-key", "--parallel", "4", "--max-soft-tokens", "70"}, "openai");
+    ServerProcess server({"--api-key", "node-key", "--parallel", "4", "--max-soft-tokens", "70", "--alias", "tiny-alias"}, "openai");
     const auto image = dir / "image.txt";
     std::ofstream(image) << png_data_url();
     const auto out = dir / "output.txt";
     const std::string run = "cd '" + dir.string() + "' && GEMMA4_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) +
-                            "/v1 GEMMA4_API_KEY=node-key GEMMA4_MODEL=tiny GEMMA4_IMAGE_DATA_URL=\"$(cat '" + image.string() +
+                            "/v1 GEMMA4_API_KEY=node-key GEMMA4_MODEL=tiny GEMMA4_MODEL_ALIAS=tiny-alias GEMMA4_IMAGE_DATA_URL=\"$(cat '" + image.string() +
                             "')\" timeout 300 node openai_client.mjs >'" + out.string() + "' 2>&1";
     const int status = std::system(run.c_str());
     const std::string output = read_text(out);

@@ -37,8 +37,11 @@
 // --image-tokens N[,N...]: the vision embedder on images of N soft tokens, and its two dense
 // products timed by the run-time bf16 kernel and by Eigen over f32 copies (why the float path
 // keeps the kernels: docs/architecture.md).
+// --grammar FILE | --json-schema FILE with --tokenizer: what a constraint costs per token at that
+// vocabulary (bench_grammar.hpp).
 #include "../cli.hpp"
 #include "../probes.hpp"
+#include "bench_grammar.hpp"
 
 #include <gemma4/generate/session.hpp>
 #include <gemma4/kernels/dense.hpp>
@@ -351,6 +354,7 @@ int run_image(cli::Args& args) {
 
 int run(cli::Args& args) {
     if (args.get("image-tokens")) return run_image(args);
+    if (args.get("grammar") || args.get("json-schema")) return run_grammar(args);
     const auto config_opt = args.get("config");
     const std::string config_name = config_opt.value_or("gemma-4-12b");
     const auto model_path = args.get("model");
@@ -723,7 +727,7 @@ int run(cli::Args& args) {
 
 const cli::Command reg{"bench", "prefill/decode speed with random weights at the 12B shapes",
                        cli::Options{
-                           {"weights", "FORMAT", "int8, int4, bf16, q8_0 or q4_0: the generated weights (q8_0/q4_0: int8/int4 written as a GGUF file and loaded from it); with --model: as-stored, bf16, int8 or int4 (re-encoded at load)", cli::kRequired},
+                           {"weights", "FORMAT", "int8, int4, bf16, q8_0 or q4_0: the generated weights (q8_0/q4_0: int8/int4 written as a GGUF file and loaded from it); with --model: as-stored, bf16, int8 or int4 (re-encoded at load); required but with --grammar or --json-schema", cli::kRequired},
                            {"random-weights", "", "generate the weights in memory at the --config's shapes"},
                            {"model", "PATH", "measure this checkpoint directory or GGUF file instead of random weights"},
                            {"config", "NAME", "model shapes: gemma-4-12b (the default) or tiny (6 layers, for tests)"},
@@ -742,7 +746,7 @@ const cli::Command reg{"bench", "prefill/decode speed with random weights at the
                            {"image-tokens", "N[,N...]", "time the vision embedder on images of N soft tokens, its dense products by the kernels and by Eigen (with --random-weights --weights bf16)"},
                            {"repeat", "N", "with --image-tokens: runs of each, the best kept (default: 3)"},
                            {"json", "", "print one JSON object on stdout"},
-                       } + cli::quant_block_option() + cli::threads_option(),
+                       } + grammar_bench_options() + cli::quant_block_option() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_bench

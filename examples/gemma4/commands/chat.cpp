@@ -18,6 +18,7 @@ int run(cli::Args& args) {
     const auto session_file = args.get("session");
     const auto threads = args.number<unsigned>("threads", 0);
     const cli::SpeculativeArgs draft_args = cli::read_speculative_args(args);
+    const std::optional<std::string> grammar = cli::read_constraint_grammar(args);
     const Model<float> model = Model<float>::load(dir, ModelOptions{threads});
     GenerateOptions options = cli::read_generate_options(args, dir, model.config());
     // --image / --audio are taken in order by the <|image|> / <|audio|> placeholders of the turns.
@@ -30,6 +31,7 @@ int run(cli::Args& args) {
     if (!tokenizer) throw IoError(cli::tokenizer_location(dir) + ": not found");
     // A reply ends with <turn|> even when config.json lists only <eos>.
     if (const auto turn_end = tokenizer->token_to_id("<turn|>")) options.stop_ids.push_back(*turn_end);
+    options.constraint = cli::make_constraint(grammar, *tokenizer);
     ChatSession<float> chat(model, *tokenizer, ChatOptions{.enable_thinking = think}, system);
     // --session: continue the conversation saved there (its system prompt and options come with
     // it), and save it again after every reply, so that a later run picks up where this one ends.
@@ -75,7 +77,7 @@ const cli::Command reg{"chat", "interactive chat, replies streamed (the KV cache
                            {"system", "TEXT", "system prompt"},
                            {"think", "", "let the model think before it answers"},
                            {"session", "FILE", "resume the conversation saved in FILE if it exists; save it there after each reply"},
-                       } + cli::generation_options() + cli::speculative_options() + cli::media_file_options() + cli::threads_option(),
+                       } + cli::generation_options() + cli::constraint_options() + cli::speculative_options() + cli::media_file_options() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_chat

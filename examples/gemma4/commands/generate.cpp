@@ -15,6 +15,7 @@ template <class T>
 int generate(cli::Args& args, const std::filesystem::path& dir, std::optional<std::string> prompt, std::optional<std::string> prompt_ids,
              bool print_ids, unsigned threads) {
     const cli::SpeculativeArgs draft_args = cli::read_speculative_args(args);
+    const std::optional<std::string> grammar = cli::read_constraint_grammar(args);
     const Model<T> model = Model<T>::load(dir, ModelOptions{threads});
     GenerateOptions options = cli::read_generate_options(args, dir, model.config());
     const cli::Media<T> media = cli::read_media_files<T>(args, model.config());
@@ -22,8 +23,10 @@ int generate(cli::Args& args, const std::filesystem::path& dir, std::optional<st
     const cli::Speculation speculation = cli::make_speculation(draft_args, model, threads);
     options.speculative = speculation.options;
     std::optional<Tokenizer> tokenizer;
-    if (prompt || !print_ids) tokenizer = cli::load_tokenizer_if_present(dir);
+    if (prompt || !print_ids || grammar) tokenizer = cli::load_tokenizer_if_present(dir);
     if (prompt && !tokenizer) throw IoError(cli::tokenizer_location(dir) + ": not found (use --prompt-ids without a tokenizer)");
+    if (grammar && !tokenizer) throw IoError(cli::tokenizer_location(dir) + ": not found (--grammar and --json-schema need the vocabulary)");
+    if (grammar) options.constraint = cli::make_constraint(grammar, *tokenizer);
     Session<T> session(model, tokenizer ? &*tokenizer : nullptr);
     if (!print_ids)
         options.on_token = [](std::int32_t, std::string_view text) {
@@ -78,7 +81,7 @@ const cli::Command reg{"generate", "generate text from --prompt (or ids from --p
                            {"prompt-ids", "IDS", "prompt as comma-separated token ids, instead of --prompt"},
                            {"print-ids", "", "print the generated ids as a JSON array instead of text"},
                            {"precision", "f32|f64", "arithmetic type (default: f32)"},
-                       } + cli::generation_options() + cli::speculative_options() + cli::media_file_options() + cli::threads_option(),
+                       } + cli::generation_options() + cli::constraint_options() + cli::speculative_options() + cli::media_file_options() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_generate

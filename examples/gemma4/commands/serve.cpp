@@ -7,9 +7,11 @@
 #include "../server/auth.hpp"
 #include "../server/chat_request.hpp"
 #include "../server/connection.hpp"
+#include "../server/constraint_cache.hpp"
 #include "../server/media.hpp"
 #include "../server/openai_encode.hpp"
 #include "../server/reply_parser.hpp"
+#include "../server/response_format.hpp"
 
 #include <gemma4/generate/engine.hpp>
 #include <gemma4/tensor/quant.hpp>
@@ -39,6 +41,9 @@ struct ServeConfig {
     std::size_t max_body = 16u << 20;
     int max_soft_tokens = 280;
     double grace_seconds = 10;
+    /// A completion request may name any model (--accept-any-model); otherwise only the served
+    /// names, and another is a 404.
+    bool accept_any_model = false;
     /// Every request speculates with this drafter (--lookup); the engine verifies the drafts of
     /// all decoding requests in one step.
     SpeculativeOptions speculative{};
@@ -47,8 +52,16 @@ struct ServeConfig {
 /// Everything a handler needs; shared by all connection threads.
 class Api {
 public:
-    Api(Engine<float>& engine, const Tokenizer& tokenizer, const GenerationConfig& generation, std::string model_id, ServeConfig config)
-        : engine_(engine), tokenizer_(tokenizer), generation_(generation), model_id_(std::move(model_id)), config_(std::move(config)) {
+    /// `model_names`: the names the model is served under, the first one the name responses carry.
+    Api(Engine<float>& engine, const Tokenizer& tokenizer, const GenerationConfig& generation, std::vector<std::string> model_names,
+        ServeConfig config)
+        : engine_(engine),
+          tokenizer_(tokenizer),
+          generation_(generation),
+          model_id_(model_names.at(0)),
+          model_names_(std::move(model_names)),
+          config_(std::move(config)),
+          constraints_(TokenVocabulary::from_tokenizer(tokenizer), kConstraintCacheEntries) {
         const Gemma4Config& c = engine_.model().config();
         context_ = engine_.options().context > 0 ? engine_.options().context : c.max_position_embeddings;
         for (std::size_t i = 0; i < c.tokens.eos_count; ++i) end_ids_.push_back(c.tokens.eos[i]);
@@ -100,12 +113,15 @@ public:
             res.set_content(R"({"status":"ok"})", "application/json");
         });
         http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-            res.set_content(json{{"object", "list"}, {"data", json::array({model_json()})}}.dump(), "application/json");
+            json data = json::array();
+            for (const std::string& name : model_names_) data.push_back(model_json(name));
+            res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), "application/json");
         });
         http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
             guarded(res, [&] {
-                check_model(req.matches[1]);
-                res.set_content(model_json().dump(), "application/json");
+                const std::string name = req.matches[1];
+                if (!serves(name)) throw model_not_found(name);
+                res.set_content(model_json(name).dump(), "application/json");
             });
         });
         http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { res.set_content(metrics(), "text/plain; version=0.0.4"); });
@@ -188,15 +204,57 @@ private:
         return body;
     }
 
-    json model_json() const { return {{"id", model_id_}, {"object", "model"}, {"created", 0}, {"owned_by", "gemma4"}}; }
+    static json model_json(const std::string& name) { return {{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "gemma4"}}; }
 
+    bool serves(const std::string& name) const { return std::find(model_names_.begin(), model_names_.end(), name) != model_names_.end(); }
+
+    ApiError model_not_found(const std::string& name) const {
+        std::string names;
+        for (const std::string& n : model_names_) names += (names.empty() ? "'" : ", '") + n + "'";
+        return ApiError(404, "model '" + name + "' does not exist; this server serves " + names, "invalid_request_error", "model",
+                        "model_not_found");
+    }
+
+    /// A completion request's `model`: absent, one of the served names, or anything with
+    /// --accept-any-model. Responses carry the first served name whichever was asked for.
     void check_model(const std::string& name) const {
-        if (!name.empty() && name != model_id_)
-            throw ApiError(404, "model '" + name + "' does not exist; this server serves '" + model_id_ + "'", "invalid_request_error", "model",
-                           "model_not_found");
+        if (!name.empty() && !config_.accept_any_model && !serves(name)) throw model_not_found(name);
+    }
+
+    /// The checkpoint's sampling defaults (generation_config.json) with the request's fields on
+    /// top; 400 for a value the sampler refuses or a logit_bias id outside the vocabulary, before
+    /// the request is queued (in the engine they would fail it at its first sample).
+    SamplingParams sampling_for(const server::SamplingFields& s) const {
+        SamplingParams p = apply_generation_config(generation_, SamplingParams{.temperature = 1.0});
+        if (s.temperature) p.temperature = *s.temperature;
+        if (s.top_p) p.top_p = *s.top_p;
+        if (s.top_k) p.top_k = *s.top_k;
+        if (s.min_p) p.min_p = *s.min_p;
+        if (s.seed) p.seed = *s.seed;
+        if (s.presence_penalty) p.presence_penalty = *s.presence_penalty;
+        if (s.frequency_penalty) p.frequency_penalty = *s.frequency_penalty;
+        if (s.repetition_penalty) p.repetition_penalty = *s.repetition_penalty;
+        if (s.repeat_last_n) p.repeat_last_n = *s.repeat_last_n;
+        p.logit_bias = s.logit_bias;
+        for (const TokenBias& b : p.logit_bias)
+            if (!tokenizer_.contains_id(b.id) || b.id >= engine_.model().config().vocab_size)
+                throw server::bad_field("logit_bias", "token id " + std::to_string(b.id) + " is not in the vocabulary");
+        Sampler check(p);  // InvalidArgument (400)
+        (void)check;
+        return p;
     }
 
     /// Ids + media + options for the engine; 400 for anything that cannot run.
+    /// The request's response_format / grammar / json_schema as its options' constraint; with
+    /// thinking on, a thought channel may come before the constrained answer.
+    void constrain(GenerateOptions& o, const std::optional<server::OutputGrammar>& grammar, bool thinking, bool ignore_eos) {
+        if (!grammar) return;
+        if (ignore_eos) throw server::bad_field(grammar->param, "a constrained reply needs its end token: not with ignore_eos");
+        o.constraint = constraints_.get(grammar->gbnf, grammar->param);
+        const auto start = tokenizer_.token_to_id("<|channel>"), end = tokenizer_.token_to_id("<channel|>");
+        if (thinking && start && end) o.thought_channel = {*start, *end};
+    }
+
     Prepared prepare(std::vector<std::int32_t> ids, const server::DecodedMedia<float>& media, const server::SamplingFields& s) {
         if (stopping_) throw ApiError(503, "server is shutting down", "server_unavailable_error");
         const TokenIds& tok = engine_.model().config().tokens;
@@ -210,16 +268,10 @@ private:
                            "invalid_request_error", "messages", "context_length_exceeded");
         Prepared p;
         GenerateOptions& o = p.request.options;
-        o.sampling = apply_generation_config(generation_, SamplingParams{.temperature = 1.0});
-        if (s.temperature) o.sampling.temperature = *s.temperature;
-        if (s.top_p) o.sampling.top_p = *s.top_p;
-        if (s.top_k) o.sampling.top_k = *s.top_k;
-        if (s.min_p) o.sampling.min_p = *s.min_p;
-        if (s.seed) o.sampling.seed = *s.seed;
-        Sampler check(o.sampling);  // InvalidArgument (400) before the request is queued
-        (void)check;
+        o.sampling = sampling_for(s);
         // Without max_tokens a reply may use the rest of the context; a larger one is clipped to it.
         o.max_new_tokens = std::min<std::int64_t>(s.max_tokens.value_or(context_ - n), context_ - n);
+        o.min_tokens = s.min_tokens.value_or(0);
         o.end_ids = s.ignore_eos ? std::vector<std::int32_t>{-1} : end_ids_;  // {-1}: no end id
         o.stop_ids = s.ignore_eos ? std::vector<std::int32_t>{} : stop_ids_;
         o.stop_strings = s.stop;
@@ -284,8 +336,10 @@ private:
         const json body = parse_body(req);
         server::ChatRequest cr = server::parse_chat_request(body);
         check_model(cr.sampling.model);
+        const auto grammar = server::parse_output_grammar(nlohmann::ordered_json::parse(req.body));
         const auto media = server::decode_media<float>(cr.media, engine_.model().config(), config_.max_soft_tokens);
         Prepared p = prepare(tokenizer_.encode(server::render_prompt(cr), /*add_special=*/false), media, cr.sampling);
+        constrain(p.request.options, grammar, cr.thinking, cr.sampling.ignore_eos);
         auto stream = stream_for(req);
         p.request.options.on_token = collector(stream);
         const std::string id = server::make_id("chatcmpl-");
@@ -356,7 +410,9 @@ private:
         } else {
             throw server::bad_field("prompt", "expected a string, an array of token ids, or a batch of one of them");
         }
+        const auto grammar = server::parse_output_grammar(nlohmann::ordered_json::parse(req.body));
         Prepared prepared = prepare(std::move(ids), {}, s);
+        constrain(prepared.request.options, grammar, false, s.ignore_eos);
         auto stream = stream_for(req);
         prepared.request.options.on_token = collector(stream);
         const std::string id = server::make_id("cmpl-");
@@ -503,17 +559,38 @@ private:
     const Tokenizer& tokenizer_;
     GenerationConfig generation_;
     std::string model_id_;
+    std::vector<std::string> model_names_;  ///< model_id_ first
     ServeConfig config_;
     std::int64_t context_ = 0;
     std::vector<std::int32_t> end_ids_, stop_ids_;
+    /// Grammars compiled for requests, kept for the requests that send them again.
+    static constexpr std::size_t kConstraintCacheEntries = 32;
+    server::ConstraintCache constraints_;
     std::atomic<bool> stopping_{false};
     std::atomic<int> open_streams_{0};
     mutable std::mutex metrics_mutex_;
     std::map<int, std::int64_t> responses_;
 };
 
+/// The names the model is served under: those of --served-model-name (else the checkpoint's
+/// folder or file name), then those of --alias, each once.
+std::vector<std::string> model_names(const std::filesystem::path& dir, std::vector<std::string> served, const std::vector<std::string>& aliases) {
+    if (served.empty()) {
+        const std::string folder = std::filesystem::weakly_canonical(dir).filename().string();
+        served.push_back(folder.empty() ? "gemma4" : folder);
+    }
+    served.insert(served.end(), aliases.begin(), aliases.end());
+    std::vector<std::string> names;
+    for (std::string& name : served) {
+        if (name.empty()) throw InvalidArgument("serve: --served-model-name and --alias need a non-empty name");
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+    }
+    return names;
+}
+
 int run(cli::Args& args) {
     const std::filesystem::path dir = args.require("model");
+    const std::vector<std::string> names = model_names(dir, args.get_all("served-model-name"), args.get_all("alias"));
     ServeConfig config;
     config.host = args.get("host").value_or(config.host);
     config.port = args.number<int>("port", config.port);
@@ -521,6 +598,7 @@ int run(cli::Args& args) {
     config.max_body = args.number<std::size_t>("max-body", config.max_body);
     config.max_soft_tokens = args.number<int>("max-soft-tokens", config.max_soft_tokens);
     config.grace_seconds = args.number<double>("grace", config.grace_seconds);
+    config.accept_any_model = args.flag("accept-any-model");
     EngineOptions engine_options;
     engine_options.max_sequences = args.number<std::int32_t>("parallel", engine_options.max_sequences);
     engine_options.context = args.number<std::int64_t>("ctx-size", 0);
@@ -566,13 +644,11 @@ int run(cli::Args& args) {
     if (engine_options.context > model.config().max_position_embeddings)
         throw InvalidArgument("serve: --ctx-size " + std::to_string(engine_options.context) + " exceeds the model's " +
                               std::to_string(model.config().max_position_embeddings) + " positions");
-    std::string model_id = std::filesystem::weakly_canonical(dir).filename().string();
-    if (model_id.empty()) model_id = "gemma4";
 
     const cli::Speculation speculation = cli::make_speculation(draft_args, model, threads);
     config.speculative = speculation.options;
     Engine<float> engine(model, &*tokenizer, engine_options);
-    Api api(engine, *tokenizer, generation, model_id, config);
+    Api api(engine, *tokenizer, generation, names, config);
     httplib::Server http;
     // One thread per open connection: every running or queued request holds one, plus room for
     // keep-alive connections and the cheap endpoints.
@@ -592,7 +668,7 @@ int run(cli::Args& args) {
     } else if (!http.bind_to_port(config.host, port)) {
         throw IoError("serve: cannot bind to " + config.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
     }
-    std::fprintf(stderr, "gemma4 serve: model '%s', listening on http://%s:%d\n", model_id.c_str(), config.host.c_str(), port);
+    std::fprintf(stderr, "gemma4 serve: model '%s', listening on http://%s:%d\n", names.front().c_str(), config.host.c_str(), port);
     std::fflush(stderr);
 
     std::atomic<bool> by_signal{false};
@@ -630,6 +706,9 @@ const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completion
                            {"max-body", "BYTES", "largest request body; larger ones get 413 (default: 16 MiB)"},
                            {"max-soft-tokens", "N", "soft tokens per image: 70, 140, 280 (default), 560 or 1120"},
                            {"grace", "SECONDS", "on SIGINT/SIGTERM, time given to in-flight requests before they are cancelled (default: 10)"},
+                           {"served-model-name", "NAME", "the model's name in the API, instead of the checkpoint's folder name; the first is the one responses carry", cli::kRepeatable},
+                           {"alias", "NAME", "a further name requests may use for the model (listed by /v1/models)", cli::kRepeatable},
+                           {"accept-any-model", "", "answer completion requests whatever model they name (default: another name is a 404)"},
                        } + cli::speculative_options() + cli::quant_block_option() + cli::threads_option(),
                        run};
 

@@ -10,9 +10,11 @@
 #include "tool_format.hpp"
 
 #include <gemma4/generate/chat.hpp>
+#include <gemma4/generate/sampler.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -45,9 +47,15 @@ struct MediaItem {
 /// The sampling and stopping fields shared by chat and text completions.
 struct SamplingFields {
     std::optional<std::int64_t> max_tokens;
-    std::optional<double> temperature, top_p, min_p, presence_penalty_ignored;
+    std::optional<double> temperature, top_p, min_p;
     std::optional<std::int32_t> top_k;
     std::optional<std::uint64_t> seed;
+    std::optional<double> presence_penalty, frequency_penalty;  ///< OpenAI's, in [-2, 2]
+    std::optional<double> repetition_penalty;                   ///< vLLM's and HF's, > 0
+    std::optional<std::int32_t> repeat_last_n;                  ///< llama-server's window of it
+    std::optional<std::int64_t> min_tokens;                     ///< vLLM's
+    /// OpenAI's {"token id": bias}; whether the ids are in the vocabulary is checked by the server.
+    std::vector<TokenBias> logit_bias;
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false;
@@ -107,6 +115,43 @@ inline bool bool_field(const nlohmann::json& v, const std::string& param) {
     return v.get<bool>();
 }
 
+/// OpenAI's logit_bias: {"token id": bias in [-100, 100]}. A key must be a token id written in
+/// decimal digits ("42", not "+42" or "4.2"); the server checks that it is in the vocabulary.
+inline std::vector<TokenBias> parse_logit_bias(const nlohmann::json& v) {
+    if (!v.is_object()) throw bad_field("logit_bias", "expected an object mapping token ids to biases");
+    std::vector<TokenBias> out;
+    for (const auto& [key, bias] : v.items()) {
+        std::int32_t id = -1;
+        const char* end = key.data() + key.size();
+        const auto [stop, error] = std::from_chars(key.data(), end, id);
+        if (key.empty() || key[0] == '-' || error != std::errc() || stop != end)
+            throw bad_field("logit_bias", "key '" + key + "' is not a token id");
+        if (!bias.is_number()) throw bad_field("logit_bias", "the bias of token " + key + " is not a number");
+        const double b = bias.get<double>();
+        if (!(b >= -100 && b <= 100)) throw bad_field("logit_bias", "the bias of token " + key + " must be between -100 and 100");
+        out.push_back({id, b});
+    }
+    return out;
+}
+
+/// The penalties, logit_bias and min_tokens into `s`. min_tokens above max_tokens is refused,
+/// as vLLM does: the two cannot both hold.
+inline void parse_penalties(const nlohmann::json& body, SamplingFields& s) {
+    if (auto v = field(body, "presence_penalty")) s.presence_penalty = number_field(*v, "presence_penalty", -2, 2);
+    if (auto v = field(body, "frequency_penalty")) s.frequency_penalty = number_field(*v, "frequency_penalty", -2, 2);
+    if (auto v = field(body, "repetition_penalty")) {
+        if (!v->is_number()) throw bad_field("repetition_penalty", "expected a number");
+        s.repetition_penalty = v->get<double>();
+        if (!(*s.repetition_penalty > 0) || !std::isfinite(*s.repetition_penalty)) throw bad_field("repetition_penalty", "must be greater than 0");
+    }
+    if (auto v = field(body, "repeat_last_n")) s.repeat_last_n = static_cast<std::int32_t>(integer_field(*v, "repeat_last_n", -1, kMaxRepeatLastN));
+    if (auto v = field(body, "logit_bias")) s.logit_bias = parse_logit_bias(*v);
+    if (auto v = field(body, "min_tokens")) {
+        s.min_tokens = integer_field(*v, "min_tokens", 0, INT32_MAX);
+        if (s.max_tokens && *s.min_tokens > *s.max_tokens) throw bad_field("min_tokens", "must not exceed max_tokens");
+    }
+}
+
 }  // namespace detail
 
 /// The fields common to /v1/chat/completions and /v1/completions.
@@ -118,12 +163,14 @@ inline SamplingFields parse_sampling(const nlohmann::json& body) {
     else if (auto v2 = field(body, "max_tokens")) s.max_tokens = integer_field(*v2, "max_tokens", 0, INT32_MAX);
     if (auto v = field(body, "temperature")) s.temperature = number_field(*v, "temperature", 0, 2);
     if (auto v = field(body, "top_p")) s.top_p = number_field(*v, "top_p", 0, 1);
+    if (s.top_p == 0.0) throw bad_field("top_p", "must be greater than 0");
     if (auto v = field(body, "min_p")) s.min_p = number_field(*v, "min_p", 0, 1);
     if (auto v = field(body, "top_k")) s.top_k = static_cast<std::int32_t>(integer_field(*v, "top_k", 0, INT32_MAX));
     if (auto v = field(body, "seed")) {
         if (!v->is_number_integer()) throw bad_field("seed", "expected an integer");
         s.seed = v->is_number_unsigned() ? v->get<std::uint64_t>() : static_cast<std::uint64_t>(v->get<std::int64_t>());
     }
+    parse_penalties(body, s);
     if (auto v = field(body, "n")) {
         if (integer_field(*v, "n", 1, INT32_MAX) != 1) throw ApiError(400, "n: only n=1 is supported", "invalid_request_error", "n");
     }

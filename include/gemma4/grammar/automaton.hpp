@@ -2,7 +2,7 @@
 //
 // A parse position is a stack of grammar positions, stored as a node (position, parent node);
 // nodes are interned, so equal stacks are one id. A state is the set of stacks that the text so
-// far leaves open (each topped by a character class), whether the text may end here, and the
+// far leaves open (each topped by a character class or a token the grammar names), whether the text may end here, and the
 // bytes of a character not yet complete. States are interned too, and each state's 256 byte
 // transitions are computed the first time they are asked for and remembered. Text inside a JSON
 // string, say, returns to the same state after each character, so after a few tokens almost
@@ -51,8 +51,10 @@ public:
     static constexpr std::int32_t kDead = -1;
     static constexpr std::uint32_t kStart = 0;
 
-    GrammarAutomaton(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary, const AutomatonLimits& limits = {})
-        : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), limits_(limits) {
+    /// `token_ids[i]` is the id that the grammar's token reference i names.
+    GrammarAutomaton(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary, std::vector<std::int32_t> token_ids,
+                     const AutomatonLimits& limits = {})
+        : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), token_ids_(std::move(token_ids)), limits_(limits) {
         State start;
         for (const std::uint32_t alternative : grammar_.alternatives[grammar_.root])
             expand(intern_node(alternative, kNoParent), start);
@@ -63,11 +65,20 @@ public:
     const Grammar& grammar() const { return grammar_; }
     const TokenVocabulary& vocabulary() const { return *vocabulary_; }
 
-    /// The state after `bytes` from `state`, or kDead.
-    std::int32_t walk(std::uint32_t state, std::string_view bytes) {
+    /// The state after the id `id` from `state`, or kDead: as a token the grammar names where
+    /// one fits, else as its text.
+    std::int32_t walk_id(std::uint32_t state, std::int32_t id) {
         std::lock_guard lock(mutex_);
+        if (std::find(token_ids_.begin(), token_ids_.end(), id) != token_ids_.end()) {
+            const std::int32_t s = next_token(state, id);
+            if (s != kDead) return s;
+        }
+        if (!vocabulary_->is_text(id)) return kDead;
         std::int32_t s = static_cast<std::int32_t>(state);
-        for (std::size_t i = 0; i < bytes.size() && s != kDead; ++i) s = next(static_cast<std::uint32_t>(s), static_cast<std::uint8_t>(bytes[i]));
+        for (const char b : vocabulary_->bytes(id)) {
+            s = next(static_cast<std::uint32_t>(s), static_cast<std::uint8_t>(b));
+            if (s == kDead) break;
+        }
         return s;
     }
 
@@ -139,7 +150,7 @@ private:
         while (true) {
             const Node node = nodes_[id];
             const Grammar::Element& e = grammar_.elements[node.position];
-            if (e.op == Grammar::Op::Chars) {
+            if (e.op == Grammar::Op::Chars || e.op == Grammar::Op::Token) {
                 out.tops.push_back(id);
                 return;
             }
@@ -222,7 +233,8 @@ private:
         const char32_t hi = std::min<char32_t>((to.value << (6 * to.pending)) | ((char32_t{1} << (6 * to.pending)) - 1), kMaxCodePoint);
         if (lo > hi) return kDead;
         const bool viable = std::any_of(to.tops.begin(), to.tops.end(), [&](std::uint32_t top) {
-            return grammar_.class_at(nodes_[top].position).intersects(lo, hi);
+            const std::uint32_t position = nodes_[top].position;
+            return grammar_.elements[position].op == Grammar::Op::Chars && grammar_.class_at(position).intersects(lo, hi);
         });
         return viable ? static_cast<std::int32_t>(intern_state(std::move(to))) : kDead;
     }
@@ -232,11 +244,34 @@ private:
         State out;
         for (const std::uint32_t top : tops) {
             const Node node = nodes_[top];
-            if (grammar_.class_at(node.position).contains(c)) expand(intern_node(node.position + 1, node.parent), out);
+            if (grammar_.elements[node.position].op == Grammar::Op::Chars && grammar_.class_at(node.position).contains(c))
+                expand(intern_node(node.position + 1, node.parent), out);
         }
+        return finish_advance(std::move(out));
+    }
+
+    std::int32_t finish_advance(State out) {
         if (out.tops.empty() && !out.accepting) return kDead;
         finish_state(out);
         return static_cast<std::int32_t>(intern_state(std::move(out)));
+    }
+
+    /// The state after the token `id` that the grammar names; never inside a character.
+    std::int32_t next_token(std::uint32_t state, std::int32_t id) {
+        const std::uint64_t key = (std::uint64_t{state} << 32) | static_cast<std::uint32_t>(id);
+        if (const auto it = token_transitions_.find(key); it != token_transitions_.end()) return it->second;
+        State out;
+        if (states_[state].pending == 0) {
+            const std::vector<std::uint32_t> tops = states_[state].tops;
+            for (const std::uint32_t top : tops) {
+                const Node node = nodes_[top];
+                const Grammar::Element& e = grammar_.elements[node.position];
+                if (e.op == Grammar::Op::Token && token_ids_[e.arg] == id) expand(intern_node(node.position + 1, node.parent), out);
+            }
+        }
+        const std::int32_t next_state = finish_advance(std::move(out));
+        token_transitions_.emplace(key, next_state);
+        return next_state;
     }
 
     /// One preorder walk of the trie: a node whose prefix leads nowhere skips its subtree.
@@ -259,6 +294,13 @@ private:
             }
             ++i;
         }
+        if (states_[state].pending == 0)
+            for (const std::uint32_t top : std::vector<std::uint32_t>(states_[state].tops)) {
+                const Grammar::Element& e = grammar_.elements[nodes_[top].position];
+                if (e.op != Grammar::Op::Token || next_token(state, token_ids_[e.arg]) == kDead) continue;
+                const auto id = static_cast<std::size_t>(token_ids_[e.arg]);
+                if (id < vocabulary_->size()) bits[id >> 6] |= std::uint64_t{1} << (id & 63);
+            }
         if ((masks_.size() + 1) * bits.size() * sizeof(std::uint64_t) > limits_.mask_cache_bytes) {
             masks_.clear();
             std::fill(mask_slot_.begin(), mask_slot_.end(), -1);
@@ -270,6 +312,7 @@ private:
 
     Grammar grammar_;
     std::shared_ptr<const TokenVocabulary> vocabulary_;
+    std::vector<std::int32_t> token_ids_;
     AutomatonLimits limits_;
     std::mutex mutex_;
     std::vector<Node> nodes_;
@@ -277,6 +320,7 @@ private:
     std::vector<State> states_;
     std::unordered_map<std::string, std::uint32_t> state_ids_;
     std::vector<std::int32_t> transitions_;  ///< 256 per state: kUnknown, kDead or the next state
+    std::unordered_map<std::uint64_t, std::int32_t> token_transitions_;  ///< (state, token id) → next state or kDead
     std::vector<std::int32_t> mask_slot_;    ///< per state: its mask in masks_, or -1
     std::vector<std::vector<std::uint64_t>> masks_;
 };

@@ -40,7 +40,27 @@ private:
     Constraint(Grammar grammar, std::string gbnf, std::shared_ptr<const TokenVocabulary> vocabulary, const AutomatonLimits& limits)
         : gbnf_(std::move(gbnf)) {
         if (!vocabulary) throw InvalidArgument("Constraint: no vocabulary");
-        automaton_ = std::make_unique<detail::GrammarAutomaton>(std::move(grammar), std::move(vocabulary), limits);
+        std::vector<std::int32_t> token_ids = resolve_tokens(grammar, *vocabulary);
+        automaton_ = std::make_unique<detail::GrammarAutomaton>(std::move(grammar), std::move(vocabulary), std::move(token_ids), limits);
+    }
+
+    /// The id each token reference of the grammar names: <[N]> is id N, <…> the special token
+    /// of that text.
+    static std::vector<std::int32_t> resolve_tokens(const Grammar& grammar, const TokenVocabulary& vocabulary) {
+        std::vector<std::int32_t> ids;
+        for (const std::string& text : grammar.tokens) {
+            std::int32_t id = -1;
+            if (text.size() > 4 && text[1] == '[') {
+                const long long n = std::stoll(text.substr(2, text.size() - 4));
+                if (n < static_cast<long long>(vocabulary.size())) id = static_cast<std::int32_t>(n);
+                if (id < 0) throw GrammarError("grammar: token " + text + " is outside the vocabulary of " + std::to_string(vocabulary.size()) + " ids");
+            } else {
+                id = vocabulary.special_id(text);
+                if (id < 0) throw GrammarError("grammar: " + text + " is not a special token of the vocabulary");
+            }
+            ids.push_back(id);
+        }
+        return ids;
     }
 
     std::string gbnf_;
@@ -77,8 +97,7 @@ public:
     bool allows(std::int32_t id) const {
         if (ended_) return false;
         if (is_end(id)) return can_end();
-        if (!constraint_->vocabulary().is_text(id)) return false;
-        return constraint_->automaton().walk(states_.back(), constraint_->vocabulary().bytes(id)) != detail::GrammarAutomaton::kDead;
+        return constraint_->automaton().walk_id(states_.back(), id) != detail::GrammarAutomaton::kDead;
     }
 
     /// Advances over `id`; GrammarError when the grammar does not allow it here.
@@ -91,8 +110,7 @@ public:
             states_.push_back(states_.back());
             return;
         }
-        const std::int32_t s = constraint_->automaton().walk(states_.back(), constraint_->vocabulary().bytes(id));
-        states_.push_back(static_cast<std::uint32_t>(s));
+        states_.push_back(static_cast<std::uint32_t>(constraint_->automaton().walk_id(states_.back(), id)));
     }
 
     /// Forgets the last `n` accepted ids.

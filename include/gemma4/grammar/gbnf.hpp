@@ -6,6 +6,7 @@
 //   name ::= alternative | alternative ...     one rule per line; a line that starts with `|`
 //                                              continues the rule; `root` is where matching starts
 //   "literal"  [a-z0-9_]  [^"\\]  .             text, a class of code points, its complement, any
+//   <|tool_call>  <[106]>                       one token: a special token by its text, any by id
 //   ( ... )  x*  x+  x?  x{m}  x{m,}  x{m,n}    grouping and repetition
 //   # comment                                  to the end of the line
 // Escapes in literals and classes: \n \t \r \\ \" \[ \] \- \xHH \uHHHH \UHHHHHHHH. Characters are
@@ -51,7 +52,7 @@ struct CharClass {
 /// runs to an End element. A Rule element's argument is a rule index, a Chars element's an index
 /// into `classes`.
 struct Grammar {
-    enum class Op : std::uint8_t { Chars, Rule, End };
+    enum class Op : std::uint8_t { Chars, Rule, Token, End };
     struct Element {
         Op op;
         std::uint32_t arg;
@@ -61,6 +62,8 @@ struct Grammar {
     std::vector<std::vector<std::uint32_t>> alternatives;
     std::vector<std::string> rule_names;  ///< auxiliary rules are named after their origin, e.g. "item_3"
     std::vector<CharClass> classes;
+    /// The token references as written: "<|tool_call>" (a special token's text) or "<[106]>" (an id).
+    std::vector<std::string> tokens;
     std::uint32_t root = 0;
 
     const CharClass& class_at(std::uint32_t position) const { return classes[elements[position].arg]; }
@@ -269,6 +272,8 @@ private:
             if (peek() != ')') fail("expected ')', got " + describe_here());
             ++pos_;
             sequence.push_back({Grammar::Op::Rule, aux_rule(rule, std::move(alternatives))});
+        } else if (c == '<') {
+            sequence.push_back({Grammar::Op::Token, token_index(parse_token_reference())});
         } else if (is_name_char(c)) {
             sequence.push_back({Grammar::Op::Rule, rule_index(parse_name())});
         } else {
@@ -353,6 +358,28 @@ private:
         std::uint32_t tail = aux_rule(rule, {{x}, {}});
         for (std::uint32_t i = min + 1; i < max; ++i) tail = aux_rule(rule, {{x, {Grammar::Op::Rule, tail}}, {}});
         sequence.push_back({Grammar::Op::Rule, tail});
+    }
+
+    /// `<…>` up to the first '>' on the line: a token's text, or `<[N]>` for id N.
+    std::string parse_token_reference() {
+        const std::size_t start = pos_;
+        while (!at_end() && peek() != '>' && peek() != '\n') ++pos_;
+        if (peek() != '>') fail_at(start, "unterminated token reference (a '<' needs its '>' on the same line)");
+        ++pos_;
+        std::string text(text_.substr(start, pos_ - start));
+        if (text.size() > 2 && text[1] == '[') {
+            const bool digits = text.size() > 4 && text[text.size() - 2] == ']' &&
+                                std::all_of(text.begin() + 2, text.end() - 2, [](char d) { return d >= '0' && d <= '9'; }) && text.size() < 16;
+            if (!digits) fail_at(start, "token id reference must be <[N]> with N a number, got " + text);
+        }
+        return text;
+    }
+
+    std::uint32_t token_index(std::string text) {
+        const auto it = std::find(tokens_.begin(), tokens_.end(), text);
+        if (it != tokens_.end()) return static_cast<std::uint32_t>(it - tokens_.begin());
+        tokens_.push_back(std::move(text));
+        return static_cast<std::uint32_t>(tokens_.size() - 1);
     }
 
     CharClass parse_class() {
@@ -476,6 +503,7 @@ private:
     std::vector<std::size_t> first_use_;
     std::map<std::vector<std::pair<char32_t, char32_t>>, std::uint32_t> class_ids_;
     std::vector<CharClass> classes_;
+    std::vector<std::string> tokens_;
     std::uint32_t aux_count_ = 0;
 };
 
@@ -544,6 +572,7 @@ inline Grammar GbnfParser::finish() {
     g.root = root->second;
     g.rule_names = std::move(rule_names_);
     g.classes = std::move(classes_);
+    g.tokens = std::move(tokens_);
     g.alternatives.resize(definitions_.size());
     for (std::size_t r = 0; r < definitions_.size(); ++r)
         for (const Sequence& sequence : definitions_[r]) {

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace gemma4 {
@@ -37,14 +38,17 @@ struct TokenTrie {
 
 class TokenVocabulary {
 public:
-    /// `bytes[id]` is the text of id; ids with `is_text[id]` false (special tokens) or empty text
-    /// never match a grammar (only a constraint's end ids may end it).
+    /// `bytes[id]` is the text of id. Ids with `is_text[id]` false are special tokens: `bytes[id]`
+    /// is then their own text ("<|tool_call>"), which a grammar names to match them
+    /// (gbnf.hpp); they never match text. Ids with empty text match nothing.
     TokenVocabulary(std::vector<std::string> bytes, std::vector<bool> is_text) : bytes_(std::move(bytes)), is_text_(std::move(is_text)) {
         if (bytes_.size() != is_text_.size())
             throw InvalidArgument("TokenVocabulary: " + std::to_string(bytes_.size()) + " byte strings but " +
                                   std::to_string(is_text_.size()) + " text flags");
-        for (std::size_t id = 0; id < bytes_.size(); ++id)
+        for (std::size_t id = 0; id < bytes_.size(); ++id) {
             if (bytes_[id].empty()) is_text_[id] = false;
+            else if (!is_text_[id]) special_ids_.try_emplace(bytes_[id], static_cast<std::int32_t>(id));
+        }
         build_trie();
     }
 
@@ -57,7 +61,11 @@ public:
         std::vector<bool> is_text(n, false);
         for (std::size_t i = 0; i < n; ++i) {
             const auto id = static_cast<std::int32_t>(i);
-            if (!tokenizer.contains_id(id) || tokenizer.is_special(id)) continue;
+            if (!tokenizer.contains_id(id)) continue;
+            if (tokenizer.is_special(id)) {
+                bytes[i] = std::string(tokenizer.id_to_token(id));
+                continue;
+            }
             is_text[i] = true;
             const int byte = detail::Decoder::byte_of_piece(tokenizer.id_to_token(id));
             if (byte >= 0 && tokenizer.decoder_has_byte_fallback()) {
@@ -74,6 +82,11 @@ public:
     const std::string& bytes(std::int32_t id) const { return bytes_[static_cast<std::size_t>(id)]; }
     bool is_text(std::int32_t id) const { return id >= 0 && static_cast<std::size_t>(id) < size() && is_text_[static_cast<std::size_t>(id)]; }
     const TokenTrie& trie() const { return trie_; }
+    /// The special token spelled `text`, or -1.
+    std::int32_t special_id(std::string_view text) const {
+        const auto it = special_ids_.find(std::string(text));
+        return it == special_ids_.end() ? -1 : it->second;
+    }
 
 private:
     /// Inserts the text ids in byte order: each shares the path of its longest common prefix
@@ -120,6 +133,7 @@ private:
 
     std::vector<std::string> bytes_;
     std::vector<bool> is_text_;
+    std::unordered_map<std::string, std::int32_t> special_ids_;
     TokenTrie trie_;
 };
 
