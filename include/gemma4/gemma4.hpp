@@ -19,6 +19,7 @@
 #include <gemma4/generate/stop.hpp>
 #include <gemma4/grammar/constraint.hpp>
 #include <gemma4/grammar/gbnf.hpp>
+#include <gemma4/grammar/json_schema.hpp>
 #include <gemma4/grammar/token_vocabulary.hpp>
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/gguf.hpp>

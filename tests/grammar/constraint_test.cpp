@@ -326,3 +326,21 @@ TEST_CASE("constraint: a grammar names special tokens by their text or any token
     CHECK_THROWS_WITH(gemma4::parse_gbnf("root ::= <abc"), Catch::Contains("unterminated token reference"));
     CHECK_THROWS_WITH(gemma4::parse_gbnf("root ::= <[1x]>"), Catch::Contains("token id reference must be <[N]>"));
 }
+
+TEST_CASE("constraint: a JSON Schema constrains through its grammar, properties in the order written", "[grammar]") {
+    const auto vocab = small_vocabulary();
+    const std::int32_t end = static_cast<std::int32_t>(vocab->size() - 1);
+    const auto schema = nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"z": {"type": "boolean"}, "a": {"type": "null"}},
+                                                          "required": ["z", "a"]})");
+    const auto constraint = Constraint::from_json_schema(schema, vocab);
+    GrammarMatcher matcher(constraint, {end});
+    for (const char c : std::string(R"({"z":true,"a":null})")) {
+        INFO("at '" << c << "'");
+        REQUIRE(matcher.allows(c - 32));
+        matcher.accept(c - 32);
+    }
+    CHECK(matcher.can_end());
+    GrammarMatcher sorted(constraint, {end});
+    for (const char c : std::string("{\"")) sorted.accept(c - 32);
+    CHECK_FALSE(sorted.allows('a' - 32));  // "z" comes first, as written
+}

@@ -9,6 +9,7 @@
 #include <gemma4/error.hpp>
 #include <gemma4/grammar/automaton.hpp>
 #include <gemma4/grammar/gbnf.hpp>
+#include <gemma4/grammar/json_schema.hpp>
 #include <gemma4/grammar/token_vocabulary.hpp>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,14 @@ public:
     static std::shared_ptr<const Constraint> from_gbnf(std::string_view gbnf, std::shared_ptr<const TokenVocabulary> vocabulary,
                                                        const AutomatonLimits& limits = {}) {
         return std::shared_ptr<const Constraint>(new Constraint(parse_gbnf(gbnf), std::string(gbnf), std::move(vocabulary), limits));
+    }
+
+    /// JSON that validates against `schema` (json_schema.hpp); an ordered_json keeps the
+    /// properties in the order written.
+    template <class Json>
+    static std::shared_ptr<const Constraint> from_json_schema(const Json& schema, std::shared_ptr<const TokenVocabulary> vocabulary,
+                                                              const JsonSchemaOptions& options = {}) {
+        return from_gbnf(json_schema_to_gbnf(schema, options), std::move(vocabulary));
     }
 
     /// The grammar's text (for a schema, the grammar compiled from it).
