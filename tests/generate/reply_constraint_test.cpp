@@ -9,6 +9,7 @@
 #include <gemma4/grammar/constraint.hpp>
 #include <gemma4/tokenizer/tiny_tokenizer.hpp>
 
+#include "support/json_schema_validator.hpp"
 #include "support/temp_dir.hpp"
 #include "support/tiny_model.hpp"
 
@@ -227,4 +228,55 @@ TEST_CASE("a constraint's bad setup is an error before any token", "[constraint]
     GenerateOptions o = constrained(compile("root ::= \"a\""), 0.0, 0);
     o.thought_channel = {constraint_fixture().files.info.channel_start, -1};
     CHECK_THROWS_WITH(lone(prompt_of("x"), o), Catch::Contains("thought_channel"));
+}
+
+TEST_CASE("a constraint prefix is taken by the grammar before the reply", "[constraint]") {
+    const auto id_of = [&](const std::string& piece) { return *constraint_fixture().tokenizer.token_to_id(piece); };
+    const auto c = compile("root ::= \"(\" [a-z]{2} \")\"");
+    GenerateOptions o = constrained(c, 0.0, 0);
+    o.constraint_prefix = {id_of("(")};
+    const GenerationResult r = lone(prompt_of("Go: ("), o);
+    const std::string text = answer(r);
+    CHECK(text.size() == 3);
+    CHECK(text.back() == ')');
+    CHECK(is_sentence(c, "(" + text));
+    o.constraint_prefix = {id_of("x")};
+    CHECK_THROWS_WITH(lone(prompt_of("Go: "), o), Catch::Contains("constraint_prefix: the grammar does not allow id"));
+}
+
+TEST_CASE("every reply under a JSON Schema parses and validates (an independent validator), for schemas, seeds and temperatures",
+          "[constraint][schema]") {
+    const char* const schemas[] = {
+        R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 0,
+            "maximum": 120}, "email": {"type": "string", "maxLength": 12}}, "required": ["name", "age"]})",
+        R"({"type": "array", "items": {"enum": ["red", "green", 7, null, true]}, "minItems": 1, "maxItems": 4})",
+        R"({"anyOf": [{"type": "integer", "minimum": -50, "maximum": 50}, {"type": "boolean"}, {"const": {"k": [1, 2]}}]})",
+        R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 9},
+            "next": {"$ref": "#/$defs/node"}}, "required": ["v"]}}, "$ref": "#/$defs/node"})",
+        R"({"type": "object", "properties": {"when": {"type": "string", "format": "date"}, "id": {"type": "string", "format": "uuid"},
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}}, "required": ["when", "id", "code"]})",
+        R"({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 5},
+            "maxItems": 3}, "score": {"type": "number"}}, "required": ["tags", "score"], "additionalProperties": false})",
+    };
+    for (const char* text : schemas) {
+        const auto schema = nlohmann::ordered_json::parse(text);
+        const auto c = Constraint::from_json_schema(schema, constraint_fixture().vocabulary);
+        int complete = 0;
+        for (const double temperature : {0.0, 0.8, 1.5})
+            for (std::uint64_t seed = 1; seed <= (temperature > 0 ? 3u : 1u); ++seed) {
+                GenerateOptions o = constrained(c, temperature, seed);
+                o.max_new_tokens = 400;
+                const GenerationResult r = lone(prompt_of("JSON, please: "), o);
+                INFO(text << "\ntemperature " << temperature << ", seed " << seed << ": " << answer(r));
+                if (r.finish == FinishReason::MaxTokens) continue;  // a recursive schema may nest on
+                REQUIRE(r.finish == FinishReason::EndToken);
+                ++complete;
+                const auto value = nlohmann::json::parse(answer(r));
+                std::string why;
+                const bool valid = test::validates(value, nlohmann::json::parse(text), &why);
+                INFO(why);
+                CHECK(valid);
+            }
+        CHECK(complete >= 5);  // of 7 replies
+    }
 }

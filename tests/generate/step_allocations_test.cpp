@@ -2,7 +2,8 @@
 // counted, and the count must not move between two sampled ids of a Session (one forward step
 // and one sample between two on_token calls) or between two steps of the Engine (on_step), at
 // batch 1 and 16, with float and int8 KV, bf16 and int8 weights, with a plain sampler and with
-// every step of its chain (windowed penalty, logit biases, min_tokens). Warm-up is one earlier reply
+// every step of its chain (windowed penalty, logit biases, min_tokens, log-probabilities with top
+// alternatives and their callback). Warm-up is one earlier reply
 // of the same length, after which the KV pages come back from the cache's free list.
 //
 // The sessions and the engine here decode ids only (no tokenizer): turning an id into text
@@ -102,7 +103,8 @@ std::vector<std::int32_t> prompt(const Model<float>& model, int seed, std::size_
 /// Sampled, with every id allowed to end nothing, so each reply runs to max_new_tokens. With
 /// `whole_chain`, every step of the sampler chain runs: the repetition penalty over a window
 /// shorter than prompt + reply (its ring wraps), presence/frequency, logit biases, and end ids
-/// held back by min_tokens for the whole reply.
+/// held back by min_tokens for the whole reply, and log-probabilities with 20 alternatives, handed
+/// to a callback.
 GenerateOptions options(std::int64_t max_new_tokens, std::uint64_t seed, bool whole_chain = false) {
     GenerateOptions o;
     o.max_new_tokens = max_new_tokens;
@@ -118,6 +120,8 @@ GenerateOptions options(std::int64_t max_new_tokens, std::uint64_t seed, bool wh
         o.sampling.logit_bias = {{5, 1.5}, {9, -2.0}};
         o.end_ids = {3, 4};
         o.min_tokens = max_new_tokens;
+        o.logprobs = kMaxTopLogprobs;
+        o.on_logprob = [](const TokenLogprob&) {};  // no Catch2 assertion here: it may allocate, and runs on the engine's thread
     }
     return o;
 }

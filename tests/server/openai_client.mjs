@@ -1,8 +1,8 @@
 // The official `openai` npm client against `gemma4 serve` (run by openai_client_test.cpp, which
 // installs the package and starts the server): chat with and without streaming, usage, stop
 // strings, a tool-call round trip, tool_choice, an image message, logit_bias, seeds, penalties,
-// min_tokens, the model's alias, structured output (json_schema, json_object), and errors as
-// the client's typed errors.
+// min_tokens, the model's alias, structured output (json_schema, json_object), logprobs, and
+// errors as the client's typed errors.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -246,5 +246,36 @@ await rejects(client.chat.completions.create({
   model, messages: user('x'),
   response_format: { type: 'json_schema', json_schema: { name: 'bad', schema: { type: 'object', patternProperties: {} } } },
 }), OpenAI.BadRequestError, (e) => { assert.equal(e.param, 'response_format.json_schema.schema'); assert.match(e.message, /patternProperties/); });
+
+// Log-probabilities: one entry per generated token but a dropped end of turn, each <= 0 with its
+// alternatives most likely first (greedy: the token itself first); a stream's chunks carry the
+// same entries; the completions' parallel arrays; top_logprobs without logprobs is a 400.
+const endDropped = (r) => (r.choices[0].finish_reason === 'stop' ? 1 : 0);
+const withLogprobs = { model, messages: user('Hello!'), max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2 };
+const scored = await client.chat.completions.create(withLogprobs);
+const entries = scored.choices[0].logprobs.content;
+assert.equal(entries.length, scored.usage.completion_tokens - endDropped(scored));
+for (const e of entries) {
+  assert.ok(e.logprob <= 0);
+  assert.ok(Array.isArray(e.bytes) && e.bytes.length > 0);
+  assert.equal(e.top_logprobs.length, 2);
+  assert.ok(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob);
+  assert.equal(e.top_logprobs[0].token, e.token);
+}
+const streamedEntries = [];
+for await (const chunk of await client.chat.completions.create({ ...withLogprobs, stream: true }))
+  for (const choice of chunk.choices) streamedEntries.push(...(choice.logprobs?.content ?? []));
+assert.deepEqual(streamedEntries, entries);
+const scoredText = await client.completions.create({ model, prompt: 'Once upon', max_tokens: 5, temperature: 0, logprobs: 3 });
+const textLogprobs = scoredText.choices[0].logprobs;
+assert.equal(textLogprobs.tokens.length, scoredText.usage.completion_tokens - endDropped(scoredText));
+for (const key of ['token_logprobs', 'top_logprobs', 'text_offset']) assert.equal(textLogprobs[key].length, textLogprobs.tokens.length);
+for (const top of textLogprobs.top_logprobs) {
+  const values = Object.values(top);
+  assert.ok(values.length >= 1 && values.length <= 3);
+  for (let k = 1; k < values.length; ++k) assert.ok(values[k] <= values[k - 1]);
+}
+await rejects(client.chat.completions.create({ model, messages: user('x'), top_logprobs: 2 }), OpenAI.BadRequestError, badParam('top_logprobs'));
+await rejects(client.completions.create({ model, prompt: 'x', logprobs: 21 }), OpenAI.BadRequestError, badParam('logprobs'));
 
 console.log('openai client: ok');

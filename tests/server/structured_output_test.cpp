@@ -128,3 +128,82 @@ TEST_CASE("serve: response_format, grammar and json_schema constrain every reply
                       "grammar", "ignore_eos");
     CHECK(post(port, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 3}})["choices"][0]["text"].is_string());
 }
+
+namespace structured_e2e {
+
+const json kWeatherTool = json::parse(R"({"type": "function", "function": {"name": "get_weather", "description": "Weather",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "minLength": 1, "maxLength": 20},
+        "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        "unit": {"enum": ["celsius", "fahrenheit"]}},
+      "required": ["city", "days"], "additionalProperties": false}}})");
+
+const json kTimeTool = json::parse(R"({"type": "function", "function": {"name": "get_time", "description": "Time",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 10}}, "required": ["zone"]}}})");
+
+/// A call's arguments against its tool's schema, by hand.
+void check_call(const json& call) {
+    REQUIRE(call["type"] == "function");
+    const std::string name = call["function"]["name"];
+    const json args = json::parse(call["function"]["arguments"].get<std::string>());
+    REQUIRE(args.is_object());
+    if (name == "get_weather") {
+        for (const auto& [key, value] : args.items()) CHECK((key == "city" || key == "days" || key == "unit"));
+        REQUIRE(args.contains("city"));
+        REQUIRE(args.contains("days"));
+        CHECK(args["city"].is_string());
+        CHECK(args["days"].get<int>() >= 1);
+        CHECK(args["days"].get<int>() <= 14);
+        if (args.contains("unit")) CHECK((args["unit"] == "celsius" || args["unit"] == "fahrenheit"));
+    } else {
+        REQUIRE(name == "get_time");
+        REQUIRE(args.size() == 1);
+        CHECK(args["zone"].is_string());
+    }
+}
+
+}  // namespace structured_e2e
+
+TEST_CASE("serve: forced and strict tool calls always come, in Gemma's syntax, with arguments that validate", "[server][e2e][constraint]") {
+#ifndef GEMMA4_HAVE_SERVE
+    GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
+#endif
+    using namespace structured_e2e;
+    ServerProcess server({}, "structured_tools");
+    const int port = server.port();
+    INFO(server.log());
+    const json messages = {{{"role", "user"}, {"content", "What is the weather in Paris?"}}};
+    const json tools = {kWeatherTool, kTimeTool};
+    for (const int seed : {1, 2, 3}) {
+        const json required = post(port, "/v1/chat/completions",
+                                   {{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}, {"max_tokens", 200},
+                                    {"temperature", 1.0}, {"seed", seed}});
+        const json message = required["choices"][0]["message"];
+        CHECK(required["choices"][0]["finish_reason"] == "tool_calls");
+        REQUIRE(message["tool_calls"].size() >= 1);
+        for (const auto& call : message["tool_calls"]) check_call(call);
+
+        const json named = post(port, "/v1/chat/completions",
+                                {{"messages", messages}, {"tools", tools}, {"max_tokens", 200}, {"temperature", 1.0}, {"seed", seed},
+                                 {"parallel_tool_calls", false},
+                                 {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}});
+        const json calls = named["choices"][0]["message"]["tool_calls"];
+        REQUIRE(calls.size() == 1);
+        CHECK(calls[0]["function"]["name"] == "get_time");
+        check_call(calls[0]);
+    }
+    json strict_tools = tools;
+    strict_tools[0]["function"]["strict"] = true;
+    const json strict = post(port, "/v1/chat/completions",
+                             {{"messages", messages}, {"tools", strict_tools}, {"max_tokens", 60}, {"temperature", 1.0}, {"seed", 4}});
+    for (const auto& call : strict["choices"][0]["message"].value("tool_calls", json::array())) check_call(call);
+
+    json bad_tool = kWeatherTool;
+    bad_tool["function"]["parameters"]["properties"]["contact"] = {{"type", "string"}, {"format", "email"}};
+    require_bad_param(http(port, "POST", "/v1/chat/completions",
+                           json{{"messages", messages}, {"tools", {bad_tool}}, {"tool_choice", "required"}}.dump()),
+                      "tools[0].function.parameters", "email");
+    require_bad_param(http(port, "POST", "/v1/chat/completions",
+                           json{{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}.dump()),
+                      "response_format", "cannot be combined");
+}

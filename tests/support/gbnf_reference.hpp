@@ -3,6 +3,11 @@
 // the position, so short inputs are cheap), and a generator of random texts of the grammar.
 // It shares no code with include/gemma4/grammar/, so it checks the JSON Schema compiler's
 // output and, later, the library's own parser and matcher.
+//
+// A token reference `<...>` (up to the first '>', as gbnf.hpp reads it) stands for one special
+// token. Text has no tokens, so the recognizer reads every occurrence of a referenced token's
+// text in its input as that token: one unit of the input that only the reference matches (no
+// class, literal or `.` does). A generated text writes a token as its text.
 #pragma once
 
 #include <algorithm>
@@ -20,8 +25,9 @@ namespace gemma4::test {
 
 class ReferenceGrammar {
 public:
-    /// Parses GBNF text; std::runtime_error on a syntax error or an undefined rule.
-    explicit ReferenceGrammar(std::string_view text) : text_(text) {
+    /// Parses GBNF text whose texts start at rule `start`; std::runtime_error on a syntax error,
+    /// an undefined rule or no `start` rule.
+    explicit ReferenceGrammar(std::string_view text, std::string start = "root") : text_(text), start_(std::move(start)) {
         skip_blank_lines();
         while (pos_ < text_.size()) {
             parse_rule();
@@ -29,26 +35,27 @@ public:
         }
         for (const auto& [name, used_at] : uses_)
             if (!rules_.count(name)) throw std::runtime_error("gbnf reference: undefined rule " + name);
-        if (!rules_.count("root")) throw std::runtime_error("gbnf reference: no root rule");
+        if (!rules_.count(start_)) throw std::runtime_error("gbnf reference: no rule " + start_ + " to start at");
         compute_costs();
     }
 
-    /// Whether the whole of `utf8` matches root. std::runtime_error on left recursion.
+    /// Whether the whole of `utf8` matches the start rule. std::runtime_error on left recursion.
     bool matches(std::string_view utf8) const {
         std::u32string input;
-        if (!decode(utf8, input)) return false;
+        if (!read_units(utf8, input)) return false;
         input_ = &input;
         memo_.clear();
-        const std::vector<std::size_t>& ends = match(rules_.at("root"), 0);
+        const std::vector<std::size_t>& ends = match(rules_.at(start_), 0);
         const bool whole = std::find(ends.begin(), ends.end(), input.size()) != ends.end();
         input_ = nullptr;
         return whole;
     }
 
-    /// A random text of root. Past `depth` rule references deep it takes the cheapest way out.
+    /// A random text of the start rule. Past `depth` rule references deep it takes the cheapest
+    /// way out.
     std::string generate(std::mt19937& rng, int depth) const {
         std::string out;
-        generate_node(rules_.at("root"), rng, depth, out);
+        generate_node(rules_.at(start_), rng, depth, out);
         return out;
     }
 
@@ -56,9 +63,12 @@ public:
 
 private:
     enum class Kind { Literal, Class, Ref, Sequence, Choice, Repeat };
+    /// Input units from here up are tokens (kFirstToken + i is tokens_[i]): above every code
+    /// point, so that no class holds one.
+    static constexpr char32_t kFirstToken = 0x110000;
     struct Node {
         Kind kind = Kind::Sequence;
-        std::u32string text;                                // Literal
+        std::u32string text;                                // Literal (a token reference: its one unit)
         std::vector<std::pair<char32_t, char32_t>> ranges;  // Class, the members (negation applied)
         std::string name;                                   // Ref
         std::vector<int> kids;                              // Sequence, Choice, Repeat (one)
@@ -158,6 +168,7 @@ private:
         const char c = peek();
         if (c == '"') return parse_literal();
         if (c == '[') return parse_class();
+        if (c == '<') return parse_token();
         if (c == '.') {
             ++pos_;
             Node any;
@@ -229,6 +240,20 @@ private:
         return add(std::move(lit));
     }
 
+    /// `<...>` up to the first '>' on the line, as a literal of the token's one unit.
+    int parse_token() {
+        const std::size_t end = text_.find_first_of(">\n", pos_);
+        if (end == std::string_view::npos || text_[end] != '>') fail("unterminated token reference");
+        const std::string token(text_.substr(pos_, end + 1 - pos_));
+        pos_ = end + 1;
+        auto it = std::find(tokens_.begin(), tokens_.end(), token);
+        if (it == tokens_.end()) it = tokens_.insert(tokens_.end(), token);
+        Node lit;
+        lit.kind = Kind::Literal;
+        lit.text = std::u32string(1, kFirstToken + static_cast<char32_t>(it - tokens_.begin()));
+        return add(std::move(lit));
+    }
+
     int parse_class() {
         ++pos_;
         const bool negated = peek() == '^';
@@ -297,6 +322,27 @@ private:
         if (!decode(text_.substr(pos_, n), one) || one.size() != 1) fail("bad UTF-8");
         pos_ += n;
         return one[0];
+    }
+
+    /// The input as units: each occurrence of a referenced token's text is that token (the
+    /// longest when two start at one place), the rest of the text its code points. False on
+    /// malformed UTF-8.
+    bool read_units(std::string_view s, std::u32string& out) const {
+        std::size_t text_start = 0;
+        for (std::size_t i = 0; i < s.size();) {
+            std::size_t best = tokens_.size();
+            for (std::size_t t = 0; t < tokens_.size(); ++t)
+                if (s.substr(i).starts_with(tokens_[t]) && (best == tokens_.size() || tokens_[t].size() > tokens_[best].size())) best = t;
+            if (best == tokens_.size()) {
+                ++i;
+                continue;
+            }
+            if (!decode(s.substr(text_start, i - text_start), out)) return false;
+            out += kFirstToken + static_cast<char32_t>(best);
+            i += tokens_[best].size();
+            text_start = i;
+        }
+        return decode(s.substr(text_start), out);
     }
 
     /// UTF-8 to code points; false on malformed text.
@@ -431,7 +477,7 @@ private:
         const Node& node = nodes_[static_cast<std::size_t>(n)];
         switch (node.kind) {
             case Kind::Literal:
-                for (const char32_t c : node.text) encode(c, out);
+                for (const char32_t c : node.text) c >= kFirstToken ? void(out += tokens_[c - kFirstToken]) : encode(c, out);
                 return;
             case Kind::Class: encode(random_member(node, rng), out); return;
             case Kind::Ref: generate_node(rules_.at(node.name), rng, depth - 1, out); return;
@@ -488,7 +534,9 @@ private:
     }
 
     std::string text_;
+    std::string start_;
     std::size_t pos_ = 0;
+    std::vector<std::string> tokens_;  ///< the token references' texts, brackets included
     std::vector<Node> nodes_;
     std::map<std::string, int> rules_;
     std::map<std::string, std::size_t> uses_;

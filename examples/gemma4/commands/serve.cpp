@@ -12,6 +12,8 @@
 #include "../server/openai_encode.hpp"
 #include "../server/reply_parser.hpp"
 #include "../server/response_format.hpp"
+#include "../server/tool_grammar.hpp"
+#include "../server/token_logprobs.hpp"
 
 #include <gemma4/generate/engine.hpp>
 #include <gemma4/tensor/quant.hpp>
@@ -152,6 +154,11 @@ private:
         std::mutex mutex;
         std::condition_variable ready;
         std::string text;  ///< produced, not yet written
+        std::vector<server::LogprobEntry> logprobs;  ///< of the tokens produced, not yet written
+        std::int64_t reply_characters = 0;           ///< of all the text produced: the next token's text_offset
+        /// on_logprob's entry, held until on_token of its id adds it with the id's text, so that
+        /// the writer never sees one without the other (only the engine's thread touches it).
+        std::optional<TokenLogprob> sampled;
         std::atomic<bool> client_gone{false};
         std::optional<RequestHandle> handle;
         int socket = -1;  ///< the client's connection (server/connection.hpp), or -1: not watched
@@ -247,10 +254,13 @@ private:
     /// Ids + media + options for the engine; 400 for anything that cannot run.
     /// The request's response_format / grammar / json_schema as its options' constraint; with
     /// thinking on, a thought channel may come before the constrained answer.
-    void constrain(GenerateOptions& o, const std::optional<server::OutputGrammar>& grammar, bool thinking, bool ignore_eos) {
+    /// `prefill`: the text the prompt already opened the reply with (a forced tool call's).
+    void constrain(GenerateOptions& o, const std::optional<server::OutputGrammar>& grammar, bool thinking, bool ignore_eos,
+                   const std::string& prefill = {}) {
         if (!grammar) return;
         if (ignore_eos) throw server::bad_field(grammar->param, "a constrained reply needs its end token: not with ignore_eos");
         o.constraint = constraints_.get(grammar->gbnf, grammar->param);
+        o.constraint_prefix = tokenizer_.encode(prefill, /*add_special=*/false);
         const auto start = tokenizer_.token_to_id("<|channel>"), end = tokenizer_.token_to_id("<channel|>");
         if (thinking && start && end) o.thought_channel = {*start, *end};
     }
@@ -276,6 +286,7 @@ private:
         o.stop_ids = s.ignore_eos ? std::vector<std::int32_t>{} : stop_ids_;
         o.stop_strings = s.stop;
         o.speculative = config_.speculative;
+        o.logprobs = s.logprobs;
         p.request.prompt = std::move(ids);
         p.request.images = media.images;
         p.request.audios = media.audios;
@@ -291,20 +302,34 @@ private:
         return {r.stats.prompt_tokens, r.stats.generated_tokens, r.stats.reused_tokens};
     }
 
-    /// on_token for a request: the text of end and stop ids is not part of the reply.
+    /// Whether `id` ends the reply: the text of end and stop ids is not part of it.
+    bool ends_reply(std::int32_t id) const {
+        return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end() ||
+               std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
+    }
+
+    /// on_token for a request: the id's text and logprob entry (logprob_collector's) join the
+    /// reply, except for end and stop ids.
     std::function<bool(std::int32_t, std::string_view)> collector(std::shared_ptr<Stream> stream) const {
         return [this, stream](std::int32_t id, std::string_view text) {
-            const bool end = std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end() ||
-                             std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
-            if (!end && !text.empty()) {
+            if (!ends_reply(id)) {
                 std::lock_guard lock(stream->mutex);
+                if (stream->sampled && stream->sampled->id == id) stream->logprobs.push_back({std::move(*stream->sampled), stream->reply_characters});
                 stream->text += text;
+                stream->reply_characters += server::count_characters(text);
             }
+            stream->sampled.reset();
             stream->ready.notify_one();
             // A client that hung up stops its request at this token, even when the writer has not
             // run since (a fast model can otherwise finish the whole reply into a closed socket).
             return !stream->hung_up();
         };
+    }
+
+    /// on_logprob for a request, called just before on_token for the same id, which adds the
+    /// entry (unless the id ends the reply) at the reply's length before the id's text.
+    static std::function<void(const TokenLogprob&)> logprob_collector(std::shared_ptr<Stream> stream) {
+        return [stream](const TokenLogprob& lp) { stream->sampled = lp; };
     }
 
     /// A request that was accepted and then failed in the engine. A prompt over the context is
@@ -336,39 +361,57 @@ private:
         const json body = parse_body(req);
         server::ChatRequest cr = server::parse_chat_request(body);
         check_model(cr.sampling.model);
-        const auto grammar = server::parse_output_grammar(nlohmann::ordered_json::parse(req.body));
+        const auto ordered = nlohmann::ordered_json::parse(req.body);
+        auto grammar = server::parse_output_grammar(ordered);
+        if (auto calls = server::tool_call_grammar(cr, ordered)) {
+            if (grammar) throw server::bad_field(grammar->param, "cannot be combined with a forced tool call or a strict tool");
+            grammar = std::move(calls);
+        }
         const auto media = server::decode_media<float>(cr.media, engine_.model().config(), config_.max_soft_tokens);
         Prepared p = prepare(tokenizer_.encode(server::render_prompt(cr), /*add_special=*/false), media, cr.sampling);
-        constrain(p.request.options, grammar, cr.thinking, cr.sampling.ignore_eos);
+        constrain(p.request.options, grammar, cr.thinking, cr.sampling.ignore_eos, server::reply_prefill(cr));
         auto stream = stream_for(req);
         p.request.options.on_token = collector(stream);
+        p.request.options.on_logprob = logprob_collector(stream);
         const std::string id = server::make_id("chatcmpl-");
         const std::int64_t created = server::unix_seconds();
         stream->handle = engine_.submit(std::move(p.request));
-        if (!cr.sampling.stream) {
-            const EngineResult r = finished_unless_gone(*stream);
-            std::string text;
-            {
-                std::lock_guard lock(stream->mutex);
-                text = stream->text;
-            }
-            const server::ParsedReply reply = server::parse_chat_reply(cr, text);
-            res.set_content(server::chat_completion(id, model_id_, created, reply, finish_reason(r.finish, !reply.tool_calls.empty()), usage_of(r))
-                                .dump(-1, ' ', false, json::error_handler_t::replace),
-                            "application/json");
-            return;
-        }
+        if (cr.sampling.stream) return stream_chat(res, stream, cr, id, created);
+        const EngineResult r = finished_unless_gone(*stream);
+        std::lock_guard lock(stream->mutex);  // every on_token and on_logprob ran before the request finished
+        const server::ParsedReply reply = server::parse_chat_reply(cr, stream->text);
+        const json logprobs = cr.sampling.logprobs >= 0 ? server::chat_logprobs(tokenizer_, stream->logprobs) : json(nullptr);
+        res.set_content(server::chat_completion(id, model_id_, created, reply, finish_reason(r.finish, !reply.tool_calls.empty()), usage_of(r), logprobs)
+                            .dump(-1, ' ', false, json::error_handler_t::replace),
+                        "application/json");
+    }
+
+    /// A chat's Server-Sent Events. A chunk with a delta carries, with logprobs asked for, the
+    /// entries of the tokens that arrived since the last chunk that carried some; what is left at
+    /// the end rides on the finish_reason chunk.
+    void stream_chat(httplib::Response& res, std::shared_ptr<Stream> stream, const server::ChatRequest& cr, const std::string& id,
+                     std::int64_t created) {
         struct Writer {
             server::ReplyParser parser;
             std::vector<server::ReplyEvent> prefill_events;
             server::ChatDeltas deltas;
             bool started = false;
+            bool want_logprobs = false;
+            std::vector<server::LogprobEntry> logprobs;  ///< of tokens no chunk has carried yet
+            json take_logprobs(const Tokenizer& tokenizer) {
+                if (!want_logprobs || logprobs.empty()) return nullptr;
+                json j = server::chat_logprobs(tokenizer, logprobs);
+                logprobs.clear();
+                return j;
+            }
         };
         auto writer = std::make_shared<Writer>();
         writer->parser = server::reply_parser_for(cr, &writer->prefill_events);
+        writer->want_logprobs = cr.sampling.logprobs >= 0;
         const bool include_usage = cr.sampling.include_usage;
-        stream_response(res, stream, [=, this](std::string piece, const EngineResult* done) {
+        stream_response(res, stream, [=, this](std::string piece, std::vector<server::LogprobEntry> entries, const EngineResult* done) {
             std::string out;
+            writer->logprobs.insert(writer->logprobs.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
             std::vector<server::ReplyEvent> events;
             if (!writer->started) {
                 writer->started = true;
@@ -383,10 +426,10 @@ private:
             }
             for (const auto& e : events)
                 if (json delta = writer->deltas.delta_for(e); !delta.is_null())
-                    out += server::sse_event(server::chat_chunk(id, model_id_, created, std::move(delta)));
+                    out += server::sse_event(server::chat_chunk(id, model_id_, created, std::move(delta), nullptr, writer->take_logprobs(tokenizer_)));
             if (done) {
                 out += server::sse_event(server::chat_chunk(id, model_id_, created, json::object(),
-                                                            finish_reason(done->finish, writer->parser.saw_tool_call())));
+                                                            finish_reason(done->finish, writer->parser.saw_tool_call()), writer->take_logprobs(tokenizer_)));
                 if (include_usage) out += server::sse_event(server::usage_chunk(id, "chat.completion.chunk", model_id_, created, usage_of(*done)));
             }
             return out;
@@ -395,7 +438,7 @@ private:
 
     void complete(const httplib::Request& req, httplib::Response& res) {
         const json body = parse_body(req);
-        const server::SamplingFields s = server::parse_sampling(body);
+        const server::SamplingFields s = server::parse_completion_sampling(body);
         check_model(s.model);
         const auto* prompt = server::detail::field(body, "prompt");
         if (!prompt) throw server::bad_field("prompt", "missing");
@@ -415,32 +458,46 @@ private:
         constrain(prepared.request.options, grammar, false, s.ignore_eos);
         auto stream = stream_for(req);
         prepared.request.options.on_token = collector(stream);
+        prepared.request.options.on_logprob = logprob_collector(stream);
         const std::string id = server::make_id("cmpl-");
         const std::int64_t created = server::unix_seconds();
         stream->handle = engine_.submit(std::move(prepared.request));
-        if (!s.stream) {
-            const EngineResult r = finished_unless_gone(*stream);
-            const server::Usage usage = usage_of(r);
-            std::lock_guard lock(stream->mutex);
-            res.set_content(server::text_completion(id, model_id_, created, stream->text, finish_reason(r.finish, false), &usage)
-                                .dump(-1, ' ', false, json::error_handler_t::replace),
-                            "application/json");
-            return;
-        }
-        const bool include_usage = s.include_usage;
-        stream_response(res, stream, [=, this](std::string piece, const EngineResult* done) {
+        if (s.stream) return stream_completion(res, stream, s, id, created);
+        const EngineResult r = finished_unless_gone(*stream);
+        const server::Usage usage = usage_of(r);
+        std::lock_guard lock(stream->mutex);
+        const auto logprobs = s.logprobs >= 0 ? server::completion_logprobs(tokenizer_, stream->logprobs) : nlohmann::ordered_json(nullptr);
+        res.set_content(server::text_completion(id, model_id_, created, stream->text, finish_reason(r.finish, false), &usage, logprobs)
+                            .dump(-1, ' ', false, json::error_handler_t::replace),
+                        "application/json");
+    }
+
+    /// A completion's Server-Sent Events: each text chunk carries, with logprobs asked for, the
+    /// entries of the tokens that arrived since the last text chunk; what is left at the end
+    /// rides on the finish_reason chunk.
+    void stream_completion(httplib::Response& res, std::shared_ptr<Stream> stream, const server::SamplingFields& s, const std::string& id,
+                           std::int64_t created) {
+        const bool include_usage = s.include_usage, want_logprobs = s.logprobs >= 0;
+        auto pending = std::make_shared<std::vector<server::LogprobEntry>>();  // of tokens no chunk has carried yet
+        stream_response(res, stream, [=, this](std::string piece, std::vector<server::LogprobEntry> entries, const EngineResult* done) {
+            pending->insert(pending->end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
+            const auto take_logprobs = [&] {
+                nlohmann::ordered_json j = want_logprobs && !pending->empty() ? server::completion_logprobs(tokenizer_, *pending) : nullptr;
+                pending->clear();
+                return j;
+            };
             std::string out;
-            if (!piece.empty()) out += server::sse_event(server::text_completion(id, model_id_, created, piece, nullptr, nullptr));
+            if (!piece.empty()) out += server::sse_event(server::text_completion(id, model_id_, created, piece, nullptr, nullptr, take_logprobs()));
             if (done) {
-                out += server::sse_event(server::text_completion(id, model_id_, created, "", finish_reason(done->finish, false), nullptr));
+                out += server::sse_event(server::text_completion(id, model_id_, created, "", finish_reason(done->finish, false), nullptr, take_logprobs()));
                 if (include_usage) out += server::sse_event(server::usage_chunk(id, "text_completion", model_id_, created, usage_of(*done)));
             }
             return out;
         });
     }
 
-    /// An SSE response fed by `stream`. `encode(piece, done)` turns new text (and, once, the
-    /// finished result) into events. A client that goes away cancels its request, which frees
+    /// An SSE response fed by `stream`. `encode(piece, logprobs, done)` turns new text, the
+    /// entries of the tokens that produced it (and, once, the finished result) into events. A client that goes away cancels its request, which frees
     /// its KV pages.
     template <class Encode>
     void stream_response(httplib::Response& res, std::shared_ptr<Stream> stream, Encode encode) {
@@ -458,10 +515,12 @@ private:
                 };
                 if (!sink.is_writable()) return gone();
                 std::string piece;
+                std::vector<server::LogprobEntry> logprobs;
                 {
                     std::unique_lock lock(stream->mutex);
                     stream->ready.wait_for(lock, std::chrono::milliseconds(50), [&] { return !stream->text.empty(); });
                     piece.swap(stream->text);
+                    logprobs.swap(stream->logprobs);
                 }
                 std::optional<EngineResult> result;
                 if (stream->handle->done()) {
@@ -469,8 +528,10 @@ private:
                     std::lock_guard lock(stream->mutex);  // every on_token ran before the request finished
                     piece += stream->text;
                     stream->text.clear();
+                    logprobs.insert(logprobs.end(), std::make_move_iterator(stream->logprobs.begin()), std::make_move_iterator(stream->logprobs.end()));
+                    stream->logprobs.clear();
                 }
-                std::string out = encode(std::move(piece), result ? &*result : nullptr);
+                std::string out = encode(std::move(piece), std::move(logprobs), result ? &*result : nullptr);
                 if (result && result->error) {
                     std::string message = "generation failed";
                     try {

@@ -63,6 +63,9 @@ struct SamplingFields {
     /// runs to max_tokens or a stop string — for measuring throughput at a fixed length.
     bool ignore_eos = false;
     std::string model;
+    /// GenerateOptions::logprobs: -1 off, else the top alternatives per token (chat's
+    /// logprobs + top_logprobs, the completions' logprobs).
+    std::int32_t logprobs = -1;
 };
 
 /// OpenAI's tool_choice. None: no tools offered, no calls parsed. Auto: the model decides.
@@ -195,6 +198,34 @@ inline SamplingFields parse_sampling(const nlohmann::json& body) {
     return s;
 }
 
+/// The most top alternatives per token a request may ask for (OpenAI's chat bound; its legacy
+/// completions allow 5).
+inline constexpr std::int64_t kMaxTopLogprobsField = 20;
+
+namespace detail {
+
+/// Chat's `logprobs` (a boolean) and `top_logprobs` (0–20, only with `logprobs: true`).
+inline std::int32_t parse_chat_logprobs(const nlohmann::json& body) {
+    const bool on = field(body, "logprobs") && bool_field(*field(body, "logprobs"), "logprobs");
+    const auto* top = field(body, "top_logprobs");
+    if (!top) return on ? 0 : -1;
+    const auto n = static_cast<std::int32_t>(integer_field(*top, "top_logprobs", 0, kMaxTopLogprobsField));
+    if (!on) throw bad_field("top_logprobs", "requires logprobs: true");
+    return n;
+}
+
+}  // namespace detail
+
+/// The fields of /v1/completions: parse_sampling's, and `logprobs`, the number of top
+/// alternatives per token (0–20). `echo` (the prompt's log-probabilities) is refused.
+inline SamplingFields parse_completion_sampling(const nlohmann::json& body) {
+    using namespace detail;
+    SamplingFields s = parse_sampling(body);
+    if (auto v = field(body, "logprobs")) s.logprobs = static_cast<std::int32_t>(integer_field(*v, "logprobs", 0, kMaxTopLogprobsField));
+    if (auto v = field(body, "echo"); v && bool_field(*v, "echo")) throw bad_field("echo", "echoing the prompt is not supported");
+    return s;
+}
+
 namespace detail {
 
 /// Content of one message: a string, or an array of parts (text, image_url, input_audio).
@@ -271,6 +302,7 @@ inline ChatRequest parse_chat_request(const nlohmann::json& body) {
     if (!body.is_object()) throw ApiError(400, "request body must be a JSON object");
     ChatRequest r;
     r.sampling = parse_sampling(body);
+    r.sampling.logprobs = parse_chat_logprobs(body);
     const auto* messages = field(body, "messages");
     if (!messages) throw bad_field("messages", "missing");
     if (!messages->is_array() || messages->empty()) throw bad_field("messages", "expected a non-empty array");

@@ -14,7 +14,10 @@
 
 namespace gemma4::server {
 
-inline std::string sse_event(const nlohmann::json& payload) {
+/// One event; `Json` is nlohmann::json or nlohmann::ordered_json (a completion, whose logprobs
+/// objects keep their order).
+template <class Json>
+std::string sse_event(const Json& payload) {
     return "data: " + payload.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
 }
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
@@ -52,9 +55,9 @@ inline nlohmann::json tool_call_json(const ParsedToolCall& call, const std::stri
     return {{"id", id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", arguments}}}};
 }
 
-/// The non-streaming chat response.
+/// The non-streaming chat response; `logprobs` is chat_logprobs' (server/token_logprobs.hpp) or null.
 inline nlohmann::json chat_completion(const std::string& id, const std::string& model, std::int64_t created, const ParsedReply& reply,
-                                      const std::string& finish_reason, const Usage& usage) {
+                                      const std::string& finish_reason, const Usage& usage, const nlohmann::json& logprobs = nullptr) {
     nlohmann::json message = {{"role", "assistant"}, {"content", reply.content}};
     if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
     if (!reply.tool_calls.empty()) {
@@ -67,18 +70,19 @@ inline nlohmann::json chat_completion(const std::string& id, const std::string& 
             {"object", "chat.completion"},
             {"created", created},
             {"model", model},
-            {"choices", nlohmann::json::array({{{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}})},
+            {"choices", nlohmann::json::array({{{"index", 0}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})},
             {"usage", usage.to_json()}};
 }
 
-/// One chunk of a chat stream; `delta` is {"role"}, {"content"}, {"reasoning_content"} or {"tool_calls"}.
+/// One chunk of a chat stream; `delta` is {"role"}, {"content"}, {"reasoning_content"} or
+/// {"tool_calls"}; `logprobs` the chat_logprobs of the tokens the chunk carries, or null.
 inline nlohmann::json chat_chunk(const std::string& id, const std::string& model, std::int64_t created, nlohmann::json delta,
-                                 const nlohmann::json& finish_reason = nullptr) {
+                                 const nlohmann::json& finish_reason = nullptr, const nlohmann::json& logprobs = nullptr) {
     return {{"id", id},
             {"object", "chat.completion.chunk"},
             {"created", created},
             {"model", model},
-            {"choices", nlohmann::json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}})}};
+            {"choices", nlohmann::json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})}};
 }
 
 /// The last chunk of a stream with stream_options.include_usage: no choices, only usage.
@@ -113,13 +117,18 @@ private:
     int index_ = 0;
 };
 
-inline nlohmann::json text_completion(const std::string& id, const std::string& model, std::int64_t created, const std::string& text,
-                                      const nlohmann::json& finish_reason, const Usage* usage) {
-    nlohmann::json r = {{"id", id},
-                        {"object", "text_completion"},
-                        {"created", created},
-                        {"model", model},
-                        {"choices", nlohmann::json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}})}};
+/// A completion or one chunk of its stream; `logprobs` is completion_logprobs'
+/// (server/token_logprobs.hpp) or null. Ordered: the logprobs' `top_logprobs` objects list their
+/// tokens most likely first.
+inline nlohmann::ordered_json text_completion(const std::string& id, const std::string& model, std::int64_t created, const std::string& text,
+                                              const nlohmann::json& finish_reason, const Usage* usage,
+                                              const nlohmann::ordered_json& logprobs = nullptr) {
+    nlohmann::ordered_json r = {
+        {"id", id},
+        {"object", "text_completion"},
+        {"created", created},
+        {"model", model},
+        {"choices", nlohmann::ordered_json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})}};
     if (usage) r["usage"] = usage->to_json();
     return r;
 }

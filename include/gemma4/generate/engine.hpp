@@ -107,9 +107,9 @@ struct EngineRequest {
     std::vector<std::int32_t> prompt;    ///< ids (a rendered chat is tokenized by the caller; placeholders expanded)
     std::vector<ImageInput<T>> images;   ///< soft tokens for the prompt's image placeholders, in order (model/multimodal.hpp)
     std::vector<AudioInput<T>> audios;
-    /// Sampling, end/stop ids, stop strings, max_new_tokens, on_token (called on the scheduler
-    /// thread; returning false cancels), cancel flag, prefill_chunk (a cap on this request's
-    /// chunks, below step_tokens).
+    /// Sampling, end/stop ids, stop strings, max_new_tokens, logprobs, on_token and on_logprob
+    /// (called on the scheduler thread; on_token returning false cancels), cancel flag,
+    /// prefill_chunk (a cap on this request's chunks, below step_tokens).
     GenerateOptions options;
     /// A session file (Session::save, or an earlier request's save_to) whose conversation this
     /// request continues: its KV pages are taken over instead of prefilling its ids, `prompt`
@@ -130,6 +130,7 @@ struct EngineRequest {
 struct EngineResult {
     std::vector<std::int32_t> ids;
     std::string text;                            ///< empty without a tokenizer
+    std::vector<TokenLogprob> logprobs;          ///< one per id with options.logprobs >= 0 (GenerationResult::logprobs)
     FinishReason finish = FinishReason::MaxTokens;  ///< Cancelled on cancel, shutdown or error
     RequestStats stats;
     std::exception_ptr error;                    ///< set if the request failed (e.g. on_token threw); ids/text then partial
@@ -1036,7 +1037,7 @@ private:
             }
         }
         if (job.running) release(job);
-        job.gen->hand_over(r.ids, r.text, r.stats, job.submitted);
+        job.gen->hand_over(r, job.submitted);
         {
             std::lock_guard lock(mutex_);
             ++stats_.requests_finished;

@@ -5,6 +5,7 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/config.hpp>
+#include <gemma4/error.hpp>
 #include <gemma4/generate/sampler.hpp>
 #include <gemma4/generate/speculative.hpp>
 #include <gemma4/grammar/constraint.hpp>
@@ -57,9 +58,21 @@ struct GenerationStats {
     }
 };
 
+/// A sampled id's log-probability and the most likely alternatives at its step
+/// (GenerateOptions::logprobs), from the distribution defined in generate/sampler.hpp: the
+/// log-softmax of the logits after the penalties, logit_bias, suppression and a grammar's mask,
+/// before temperature and the top-k/top-p/min-p cuts.
+struct TokenLogprob {
+    std::int32_t id = -1;
+    double logprob = 0;
+    std::vector<IdLogprob> top;  ///< most likely first; at most GenerateOptions::logprobs of them
+};
+
 struct GenerationResult {
     std::vector<std::int32_t> ids;  ///< sampled ids, the end token or stop id included when reached
     std::string text;               ///< their text, cut before a stop string
+    /// One per id of `ids`, in order, when GenerateOptions::logprobs >= 0; else empty.
+    std::vector<TokenLogprob> logprobs;
     FinishReason finish = FinishReason::MaxTokens;
     GenerationStats stats;
 };
@@ -76,6 +89,13 @@ struct GenerateOptions {
     /// Called for every sampled id with the text that became complete (may be empty). Return
     /// false to stop (FinishReason::Cancelled).
     std::function<bool(std::int32_t id, std::string_view text)> on_token{};
+    /// Log-probabilities of the sampled ids (TokenLogprob): -1 none; 0 each sampled id's; 1 to
+    /// kMaxTopLogprobs (20) also that many most likely ids of each step. They cost one pass for
+    /// the maximum and one for a sum of exponentials over the vocabulary per sampled id.
+    std::int32_t logprobs = -1;
+    /// With logprobs >= 0: called with each sampled id's TokenLogprob just before on_token for
+    /// that id (the reference is valid during the call only).
+    std::function<void(const TokenLogprob&)> on_logprob{};
     /// Checked before every step; set from any thread to cancel.
     const std::atomic<bool>* cancel = nullptr;
     /// Prefill feeds at most this many ids per forward step.
@@ -90,7 +110,18 @@ struct GenerateOptions {
     /// ChatSession sets them when thinking is on). The reply may open with one; the constraint
     /// applies to what follows its close. {-1, -1}: none.
     std::array<std::int32_t, 2> thought_channel{-1, -1};
+    /// With a constraint: ids that already begin the reply's sentence, outside the reply (a
+    /// prompt that ends by opening the answer, as the server's forced tool call does). The
+    /// grammar takes them first; GrammarError if it refuses them.
+    std::vector<std::int32_t> constraint_prefix{};
 };
+
+/// InvalidArgument naming GenerateOptions::logprobs when it is outside -1..kMaxTopLogprobs.
+inline void check_logprobs(const GenerateOptions& options) {
+    if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs)
+        throw InvalidArgument("GenerateOptions::logprobs must be -1 (off), 0 (the sampled ids') or at most " + std::to_string(kMaxTopLogprobs) +
+                              " (top alternatives), not " + std::to_string(options.logprobs));
+}
 
 }  // namespace GEMMA4_ABI
 }  // namespace gemma4

@@ -13,6 +13,12 @@
 //      (Sampler::allow_only_next) leaves out: l = −inf;
 //   5. temperature → top-k → top-p → min-p → draw.
 // Each value is computed in double from the float logit and stored back as float.
+//
+// Log-probabilities (Sampler::set_logprobs) are the log-softmax, in double, of the scores after
+// steps 1–4 and before step 5: log p(i) = s_i − max − log Σ_j exp(s_j − max). Temperature and the
+// top-k/top-p/min-p cuts do not change them, so a greedy request and a sampled one report the same
+// numbers for the same logits, and an id that steps 1–4 set to −inf (suppressed, outside a
+// grammar's mask) has log p = −inf and is never among the top alternatives.
 #pragma once
 
 #include <gemma4/abi.hpp>
@@ -40,6 +46,15 @@ struct TokenBias {
     std::int32_t id;
     double bias;  ///< in [-100, 100]; as in OpenAI, -100 bans the id and +100 forces it in practice
 };
+
+/// An id with its log-probability (Sampler::set_logprobs).
+struct IdLogprob {
+    std::int32_t id;
+    double logprob;
+};
+
+/// The most top alternatives a sampler reports per sampled id (OpenAI's top_logprobs bound).
+inline constexpr std::int32_t kMaxTopLogprobs = 20;
 
 /// The longest repetition window (SamplingParams::repeat_last_n): its ring of ids is allocated
 /// whole when the sampler is made. Longer than any Gemma 4 context.
@@ -91,7 +106,7 @@ public:
     }
     /// Distinct ids seen, in the order first seen.
     const std::vector<std::int32_t>& seen() const { return seen_; }
-    /// Keeps the last `n` ids seen for recent(); -1: every id, 0: none. Forgets the history.
+    /// Keeps the last `n` ids seen for for_each_recent(); -1: every id, 0: none. Forgets the history.
     void set_window(std::int32_t n) {
         clear();
         window_ = n;
@@ -274,6 +289,15 @@ inline void top_k_candidates(std::span<const float> scores, std::size_t k, std::
     std::sort(out.begin(), out.end(), more_likely);
 }
 
+/// log Σ_j exp(s_j) over `scores`, whose largest value is `max` (finite): the normalizer of the
+/// log-softmax, summed in double after subtracting the maximum so that nothing overflows. A −inf
+/// score adds exp(−inf) = 0.
+inline double log_sum_exp(std::span<const float> scores, float max) {
+    double sum = 0.0;
+    for (const float s : scores) sum += std::exp(static_cast<double>(s) - max);
+    return max + std::log(sum);
+}
+
 /// Keeps the smallest most-likely-first prefix of `out` whose weight reaches top_p of the total.
 /// The first `sorted` candidates are already in order; the rest is sorted only as far as the
 /// nucleus reaches, in nth_element chunks.
@@ -389,6 +413,25 @@ public:
     /// step. `mask` must stay valid until then.
     void allow_only_next(std::span<const std::uint64_t> mask) { allow_only_next_ = mask; }
 
+    /// From now on, every sample() also computes log-probabilities (the header's definition): of
+    /// the sampled id (logprob()), and with `top` > 0 of the `top` most likely ids
+    /// (top_logprobs()). -1 turns them off (the default: no cost at all); InvalidArgument outside
+    /// -1..kMaxTopLogprobs.
+    void set_logprobs(std::int32_t top) {
+        if (top < -1 || top > kMaxTopLogprobs)
+            throw InvalidArgument("Sampler: logprobs = " + std::to_string(top) + " must be -1 (off), 0 (the sampled id's) or up to " +
+                                  std::to_string(kMaxTopLogprobs) + " top alternatives");
+        logprobs_top_ = top;
+        top_candidates_.reserve(static_cast<std::size_t>(std::max(top, 0)));  // once: sampling then allocates nothing
+        top_logprobs_.reserve(static_cast<std::size_t>(std::max(top, 0)));
+    }
+    std::int32_t logprobs() const { return logprobs_top_; }
+    /// After a sample() with log-probabilities on: the sampled id's.
+    double logprob() const { return logprob_; }
+    /// After a sample() with top alternatives on: the most likely ids, most likely first (lower ids
+    /// first among equals), fewer than asked when fewer ids have a finite score.
+    std::span<const IdLogprob> top_logprobs() const { return top_logprobs_; }
+
     /// The context the reply continues; replaces any earlier prompt and forgets generated ids.
     void set_prompt(std::span<const std::int32_t> prompt_ids) {
         history_.clear();
@@ -417,21 +460,37 @@ public:
 
     /// The next token for these logits (one per vocabulary entry). Does not accept() it.
     std::int32_t sample(std::span<const float> logits) {
-        std::span<const float> scores = logits;
+        const std::span<const float> scores = processed(logits);
+        const std::int32_t id = params_.temperature == 0.0 ? static_cast<std::int32_t>(detail::argmax_checked(scores)) : draw(scores);
+        if (logprobs_top_ >= 0) compute_logprobs(scores, id);
+        return id;
+    }
+
+    /// The same for double logits (Model<double>): sampled from their float values.
+    std::int32_t sample(std::span<const double> logits) {
+        as_float_.assign(logits.begin(), logits.end());
+        return sample(std::span<const float>(as_float_));
+    }
+
+private:
+    /// The logits after steps 1–4 (the penalties, biases, suppression and mask of this sample):
+    /// `logits` itself when none applies.
+    std::span<const float> processed(std::span<const float> logits) {
         history_.reserve(logits.size());  // once: later ids are recorded without allocating
         const std::span<const std::int32_t> suppress_also = std::exchange(suppress_next_, {});
         const std::span<const std::uint64_t> allowed = std::exchange(allow_only_next_, {});
-        if (needs_transform() || !suppress_also.empty() || !allowed.empty()) {
-            transformed_.assign(logits.begin(), logits.end());
-            if (!allowed.empty()) detail::apply_allowed_mask(transformed_, allowed);
-            detail::apply_penalties(transformed_, params_, history_);
-            detail::apply_logit_bias(transformed_, params_.logit_bias);
-            detail::apply_suppression(transformed_, params_.suppress_tokens);
-            detail::apply_suppression(transformed_, suppress_also);
-            scores = transformed_;
-        }
-        if (params_.temperature == 0.0) return static_cast<std::int32_t>(detail::argmax_checked(scores));
+        if (!needs_transform() && suppress_also.empty() && allowed.empty()) return logits;
+        transformed_.assign(logits.begin(), logits.end());
+        if (!allowed.empty()) detail::apply_allowed_mask(transformed_, allowed);
+        detail::apply_penalties(transformed_, params_, history_);
+        detail::apply_logit_bias(transformed_, params_.logit_bias);
+        detail::apply_suppression(transformed_, params_.suppress_tokens);
+        detail::apply_suppression(transformed_, suppress_also);
+        return transformed_;
+    }
 
+    /// Step 5 with temperature > 0: the cuts, then a draw from what is left.
+    std::int32_t draw(std::span<const float> scores) {
         detail::filter_candidates(scores, params_, candidates_);
         double total = 0.0;
         for (const auto& c : candidates_) total += c.weight;
@@ -444,13 +503,24 @@ public:
         return candidates_.back().id;  // u rounded up to the total: the last token is the fair pick
     }
 
-    /// The same for double logits (Model<double>): sampled from their float values.
-    std::int32_t sample(std::span<const double> logits) {
-        as_float_.assign(logits.begin(), logits.end());
-        return sample(std::span<const float>(as_float_));
+    /// The log-softmax of `scores` at `id` and at the top alternatives: one pass for the maximum
+    /// (the heap of the top ids finds it on the way), one for the sum of exponentials. The
+    /// sampled id's value and its entry among the top are the same expression, so they are equal.
+    void compute_logprobs(std::span<const float> scores, std::int32_t id) {
+        top_candidates_.clear();
+        top_logprobs_.clear();
+        float max = 0;
+        if (logprobs_top_ > 0) {
+            detail::top_k_candidates(scores, static_cast<std::size_t>(logprobs_top_), top_candidates_);
+            max = top_candidates_.front().score;  // not empty: the sampled id's score is finite
+        } else {
+            max = *std::max_element(scores.begin(), scores.end());
+        }
+        const double log_z = detail::log_sum_exp(scores, max);
+        logprob_ = static_cast<double>(scores[static_cast<std::size_t>(id)]) - log_z;
+        for (const detail::Candidate& c : top_candidates_) top_logprobs_.push_back({c.id, static_cast<double>(c.score) - log_z});
     }
 
-private:
     bool needs_transform() const {
         return params_.repetition_penalty != 1.0 || params_.presence_penalty != 0.0 ||
                params_.frequency_penalty != 0.0 || !params_.logit_bias.empty() || !params_.suppress_tokens.empty();
@@ -465,6 +535,10 @@ private:
     std::vector<float> transformed_;
     std::vector<float> as_float_;
     std::vector<detail::Candidate> candidates_;
+    std::int32_t logprobs_top_ = -1;  ///< set_logprobs
+    double logprob_ = 0;
+    std::vector<detail::Candidate> top_candidates_;
+    std::vector<IdLogprob> top_logprobs_;
     std::span<const std::int32_t> suppress_next_;
     std::span<const std::uint64_t> allow_only_next_;
 };

@@ -68,7 +68,7 @@ public:
             throw;
         }
         keep_state(gen);
-        gen.hand_over(result.ids, result.text, result.stats, start);
+        gen.hand_over(result, start);
         return result;
     }
 
@@ -134,6 +134,7 @@ private:
         if (feed.empty()) throw InvalidArgument("generate: empty prompt");
         if (options.max_new_tokens < 0) throw InvalidArgument("generate: max_new_tokens must be >= 0");
         options.speculative.validate();
+        check_logprobs(options);
         const std::int64_t limit = model_->config().max_position_embeddings;
         if (cache_.length(seq_) + static_cast<std::int64_t>(feed.size()) > limit)
             throw ContextLengthError("prompt of " + std::to_string(feed.size()) + " tokens after " +

@@ -74,12 +74,16 @@ public:
             if (s != kDead) return s;
         }
         if (!vocabulary_->is_text(id)) return kDead;
-        std::int32_t s = static_cast<std::int32_t>(state);
-        for (const char b : vocabulary_->bytes(id)) {
-            s = next(static_cast<std::uint32_t>(s), static_cast<std::uint8_t>(b));
-            if (s == kDead) break;
+        const std::string& bytes = vocabulary_->bytes(id);
+        if (states_[state].pending > 0) {  // a character split by the previous token
+            std::int32_t s = static_cast<std::int32_t>(state);
+            for (std::size_t i = 0; i < bytes.size() && s != kDead; ++i) s = next(static_cast<std::uint32_t>(s), static_cast<std::uint8_t>(bytes[i]));
+            return s;
         }
-        return s;
+        Position at{state};
+        for (const char b : bytes)
+            if (!step(at, static_cast<std::uint8_t>(b), at)) return kDead;
+        return at.pending == 0 ? static_cast<std::int32_t>(at.state) : intern_partial(at);
     }
 
     /// Whether the text may end in `state` (its grammar is complete and no character is split).
@@ -276,24 +280,9 @@ private:
 
     /// One preorder walk of the trie: a node whose prefix leads nowhere skips its subtree.
     void compute_mask(std::uint32_t state) {
-        const TokenTrie& trie = vocabulary_->trie();
         std::vector<std::uint64_t> bits((vocabulary_->size() + 63) / 64, 0);
-        std::vector<std::uint32_t> at_depth(trie.max_depth + 1);
-        at_depth[0] = state;
-        for (std::size_t i = 1; i < trie.nodes();) {
-            const std::uint32_t depth = trie.depth[i];
-            const std::int32_t s = next(at_depth[depth - 1], trie.label[i]);
-            if (s == kDead) {
-                i = trie.subtree_end[i];
-                continue;
-            }
-            at_depth[depth] = static_cast<std::uint32_t>(s);
-            for (std::uint32_t k = trie.ids_begin[i]; k < trie.ids_begin[i + 1]; ++k) {
-                const auto id = static_cast<std::size_t>(trie.ids[k]);
-                bits[id >> 6] |= std::uint64_t{1} << (id & 63);
-            }
-            ++i;
-        }
+        if (states_[state].pending > 0) walk_trie_bytes(state, bits);
+        else walk_trie(state, bits);
         if (states_[state].pending == 0)
             for (const std::uint32_t top : std::vector<std::uint32_t>(states_[state].tops)) {
                 const Grammar::Element& e = grammar_.elements[nodes_[top].position];
@@ -310,6 +299,126 @@ private:
         masks_.push_back(std::move(bits));
     }
 
+    /// Where a walk through a token's bytes is: an interned state with no character split, and
+    /// the bytes so far of a character not yet complete (pending: continuation bytes to come).
+    /// Kept out of the interned states, so that the characters inside tokens add no states.
+    struct Position {
+        std::uint32_t state = 0;
+        std::uint8_t pending = 0, length = 0;
+        char32_t value = 0;
+    };
+
+    /// `from` advanced by one byte into `to`; false when no sentence can continue so. A split
+    /// character is checked when it completes (and where a token ends inside it: intern_partial
+    /// and partial_viable).
+    bool step(const Position& from, std::uint8_t byte, Position& to) {
+        static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (from.pending == 0) {
+            if (byte < 0x80) {
+                const std::int32_t s = next(from.state, byte);
+                if (s == kDead) return false;
+                to = Position{static_cast<std::uint32_t>(s)};
+                return true;
+            }
+            const std::uint8_t length = byte >= 0xC2 && byte <= 0xDF ? 2 : byte >= 0xE0 && byte <= 0xEF ? 3 : byte >= 0xF0 && byte <= 0xF4 ? 4 : 0;
+            if (length == 0) return false;
+            to = Position{from.state, static_cast<std::uint8_t>(length - 1), length, static_cast<char32_t>(byte & (0x7Fu >> length))};
+            return true;
+        }
+        if ((byte & 0xC0) != 0x80) return false;
+        const char32_t c = (from.value << 6) | (byte & 0x3Fu);
+        if (from.pending > 1) {
+            to = Position{from.state, static_cast<std::uint8_t>(from.pending - 1), from.length, c};
+            return true;
+        }
+        if (c < kSmallest[from.length] || c > kMaxCodePoint || (c >= 0xD800 && c <= 0xDFFF)) return false;
+        const std::int32_t s = next_code_point(from.state, c);
+        if (s == kDead) return false;
+        to = Position{static_cast<std::uint32_t>(s)};
+        return true;
+    }
+
+    /// The state after the complete non-ASCII character `c` (remembered per state and character).
+    std::int32_t next_code_point(std::uint32_t state, char32_t c) {
+        const std::uint64_t key = (std::uint64_t{state} << 21) | c;
+        if (const auto it = code_point_transitions_.find(key); it != code_point_transitions_.end()) return it->second;
+        const std::vector<std::uint32_t> tops = states_[state].tops;
+        const std::int32_t s = advance(tops, c);
+        code_point_transitions_.emplace(key, s);
+        return s;
+    }
+
+    /// The code points a split character may still become.
+    static std::pair<char32_t, char32_t> completions(const Position& at) {
+        static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
+        const char32_t lo = std::max<char32_t>(at.value << (6 * at.pending), kSmallest[at.length]);
+        const char32_t hi = std::min<char32_t>((at.value << (6 * at.pending)) | ((char32_t{1} << (6 * at.pending)) - 1), kMaxCodePoint);
+        return {lo, hi};
+    }
+
+    /// Whether some open class of `at.state` takes a completion of its split character.
+    bool partial_viable(const Position& at) const {
+        const auto [lo, hi] = completions(at);
+        if (lo > hi) return false;
+        return std::any_of(states_[at.state].tops.begin(), states_[at.state].tops.end(), [&](std::uint32_t top) {
+            const std::uint32_t position = nodes_[top].position;
+            return grammar_.elements[position].op == Grammar::Op::Chars && grammar_.class_at(position).intersects(lo, hi);
+        });
+    }
+
+    /// The interned state of a token that ends inside a character, or kDead.
+    std::int32_t intern_partial(const Position& at) {
+        if (!partial_viable(at)) return kDead;
+        State split;
+        split.tops = states_[at.state].tops;
+        split.pending = at.pending;
+        split.length = at.length;
+        split.value = at.value;
+        return static_cast<std::int32_t>(intern_state(std::move(split)));
+    }
+
+    static void set_ids(const TokenTrie& trie, std::size_t node, std::vector<std::uint64_t>& bits) {
+        for (std::uint32_t k = trie.ids_begin[node]; k < trie.ids_begin[node + 1]; ++k) {
+            const auto id = static_cast<std::size_t>(trie.ids[k]);
+            bits[id >> 6] |= std::uint64_t{1} << (id & 63);
+        }
+    }
+
+    /// The trie walk from a state with no character split.
+    void walk_trie(std::uint32_t state, std::vector<std::uint64_t>& bits) {
+        const TokenTrie& trie = vocabulary_->trie();
+        std::vector<Position> at_depth(trie.max_depth + 1);
+        at_depth[0] = Position{state};
+        for (std::size_t i = 1; i < trie.nodes();) {
+            const std::uint32_t depth = trie.depth[i];
+            if (!step(at_depth[depth - 1], trie.label[i], at_depth[depth])) {
+                i = trie.subtree_end[i];
+                continue;
+            }
+            if (at_depth[depth].pending == 0 || (trie.ids_begin[i] != trie.ids_begin[i + 1] && partial_viable(at_depth[depth])))
+                set_ids(trie, i, bits);
+            ++i;
+        }
+    }
+
+    /// The trie walk from a state inside a split character, byte by byte through interned states.
+    void walk_trie_bytes(std::uint32_t state, std::vector<std::uint64_t>& bits) {
+        const TokenTrie& trie = vocabulary_->trie();
+        std::vector<std::uint32_t> at_depth(trie.max_depth + 1);
+        at_depth[0] = state;
+        for (std::size_t i = 1; i < trie.nodes();) {
+            const std::uint32_t depth = trie.depth[i];
+            const std::int32_t s = next(at_depth[depth - 1], trie.label[i]);
+            if (s == kDead) {
+                i = trie.subtree_end[i];
+                continue;
+            }
+            at_depth[depth] = static_cast<std::uint32_t>(s);
+            set_ids(trie, i, bits);
+            ++i;
+        }
+    }
+
     Grammar grammar_;
     std::shared_ptr<const TokenVocabulary> vocabulary_;
     std::vector<std::int32_t> token_ids_;
@@ -321,6 +430,7 @@ private:
     std::unordered_map<std::string, std::uint32_t> state_ids_;
     std::vector<std::int32_t> transitions_;  ///< 256 per state: kUnknown, kDead or the next state
     std::unordered_map<std::uint64_t, std::int32_t> token_transitions_;  ///< (state, token id) → next state or kDead
+    std::unordered_map<std::uint64_t, std::int32_t> code_point_transitions_;  ///< (state, non-ASCII character) → the same
     std::vector<std::int32_t> mask_slot_;    ///< per state: its mask in masks_, or -1
     std::vector<std::vector<std::uint64_t>> masks_;
 };

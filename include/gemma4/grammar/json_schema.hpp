@@ -1,7 +1,16 @@
 // JSON Schema to GBNF: the grammar whose root accepts the JSON texts that validate against a
 // schema, for constrained decoding (OpenAI's response_format json_schema and json_object, tool
-// arguments). The coverage, its limits and the two choices a caller can change (whitespace,
-// absent additionalProperties) are in docs/structured-output.md.
+// arguments). The coverage, its limits and the choices a caller can change (whitespace, absent
+// additionalProperties, the syntax, a prefix for rule names) are in
+// docs/structured-output-schema.md.
+//
+// The same schema can instead give the grammar of Gemma 4's tool-call arguments
+// (ValueSyntax::GemmaToolCall), the syntax the model writes between <|tool_call>call:NAME and
+// <tool_call|>: strings are the special token <|"|>, the raw text, <|"|> again (no escapes, so
+// lengths and patterns apply to the characters themselves), null is None, a key is bare unless
+// the server's reader could not read it back bare (then it is quoted like a string), and there
+// is no whitespace; the rest is JSON's. A string or key that holds the text <|"|> cannot be
+// written and is an error. A rule prefix lets several grammars (one per tool) share one text.
 //
 // The compiler builds each rule as an expression tree, then checks the whole grammar before
 // printing it: rules that derive no finite text are pruned (a `false` subschema, an optional
@@ -37,6 +46,16 @@
 namespace gemma4 {
 inline namespace GEMMA4_ABI {
 
+/// The text the grammar's values are written in.
+enum class ValueSyntax : std::uint8_t {
+    /// JSON text.
+    Json,
+    /// Gemma 4's tool-call arguments (docs/structured-output-schema.md): strings as
+    /// <|"|>raw text<|"|> (the special token, no escapes), null as None, object keys bare unless
+    /// a bare key would not read back, numbers, booleans and brackets as in JSON, no whitespace.
+    GemmaToolCall,
+};
+
 /// How json_schema_to_gbnf reads a schema and shapes the JSON it allows.
 struct JsonSchemaOptions {
     /// An object schema with `properties` or `required` but no `additionalProperties` allows no
@@ -57,6 +76,11 @@ struct JsonSchemaOptions {
     std::uint32_t max_depth = 64;
     std::uint32_t max_repetition = 10000;
     std::size_t max_grammar_bytes = std::size_t{1} << 20;
+    /// JSON, or Gemma's tool-call syntax (which has no whitespace: max_whitespace must be 0).
+    ValueSyntax syntax = ValueSyntax::Json;
+    /// Put before every rule name, so that grammars compiled with different prefixes can be
+    /// joined into one text: with "p0-" the start rule is p0-root. Letters, digits, '-' and '_'.
+    std::string rule_prefix;
 };
 
 namespace detail::schema_gbnf {
@@ -166,9 +190,9 @@ inline CodePointSet dot_set() {
 /// One rule body or a part of one. A Choice with no items derives nothing; a Sequence with no
 /// items derives the empty text. Build them with the functions below, which keep them simple.
 struct Expr {
-    enum class Kind : std::uint8_t { Literal, Chars, Rule, Sequence, Choice, Repeat };
+    enum class Kind : std::uint8_t { Literal, Chars, Rule, Sequence, Choice, Repeat, Token };
     Kind kind = Kind::Sequence;
-    std::u32string text;            ///< Literal: never empty
+    std::u32string text;            ///< Literal: never empty; Token: the special token's text
     CodePointSet chars;             ///< Chars: never empty
     std::string rule;               ///< Rule: the name
     std::vector<Expr> items;        ///< Sequence, Choice; Repeat: the one item repeated
@@ -193,6 +217,14 @@ inline Expr literal(std::u32string text) {
     return e;
 }
 inline Expr token(std::string_view ascii) { return literal(std::u32string(ascii.begin(), ascii.end())); }
+
+/// One special token, named by its text (ASCII, "<...>" without a '>' inside).
+inline Expr special_token(std::string_view text) {
+    Expr e;
+    e.kind = Expr::Kind::Token;
+    e.text.assign(text.begin(), text.end());
+    return e;
+}
 
 inline Expr chars(CodePointSet set) {
     if (set.empty()) return nothing();
@@ -346,6 +378,9 @@ inline void print_expr(std::string& out, const Expr& e, Place place) {
             out += '"';
             break;
         case K::Chars: print_class(out, e.chars); break;
+        case K::Token:
+            for (const char32_t c : e.text) out += static_cast<char>(c);
+            break;
         case K::Rule: out += e.rule; break;
         case K::Sequence:
             if (e.items.empty()) out += "\"\"";
@@ -660,6 +695,7 @@ public:
     bool holds(const Expr& e, const std::vector<bool>& flag, bool text_not_empty) const {
         switch (e.kind) {
             case Expr::Kind::Literal:
+            case Expr::Kind::Token:
             case Expr::Kind::Chars: return text_not_empty;
             case Expr::Kind::Rule: return flag[index_.at(e.rule)];
             case Expr::Kind::Sequence:
@@ -1261,6 +1297,91 @@ inline std::string json_quoted(std::string_view text) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Gemma 4's tool-call syntax (the server's writer and reader: examples/gemma4/server/tool_format.hpp)
+
+/// The special token that opens and closes a string; the text between is raw.
+inline constexpr std::string_view kGemmaQuote = "<|\"|>";
+/// The characters that end a bare key when a call is read back.
+inline constexpr std::string_view kBareKeyEnds = ":,{}[]<";
+/// What the reader skips before a key and trims after a bare one (std::isspace in the C locale).
+inline constexpr std::string_view kReaderSpace = " \t\n\v\f\r";
+
+/// The set of the characters of an ASCII text.
+inline CodePointSet letters(std::string_view ascii) {
+    CodePointSet set;
+    for (const char c : ascii) set.add(static_cast<char32_t>(c), static_cast<char32_t>(c));
+    return set;
+}
+
+/// Whether a key reads back as itself written bare, which is when the writer writes it bare:
+/// not empty, no character that ends a bare key, no '"' first (that starts a JSON-quoted key),
+/// no space at either end (skipped before a key, trimmed after one).
+inline bool writes_bare(const std::u32string& key) {
+    const CodePointSet ends = letters(kBareKeyEnds), space = letters(kReaderSpace);
+    return !key.empty() && std::none_of(key.begin(), key.end(), [&](char32_t c) { return ends.contains(c); }) && key.front() != '"' &&
+           !space.contains(key.front()) && !space.contains(key.back());
+}
+
+/// The spellings of keys of one form, as a deterministic automaton: from each state, disjoint
+/// sets of characters lead on; a key may end in an accepting state.
+struct KeyForm {
+    struct Edge {
+        CodePointSet chars;
+        std::size_t to;
+    };
+    std::string tail_hint;  ///< names the rules that spell the rest of a key from each state
+    std::vector<std::vector<Edge>> edges;
+    std::vector<bool> accepting;
+
+    std::optional<std::size_t> step(std::size_t state, char32_t c) const {
+        for (const Edge& e : edges[state])
+            if (e.chars.contains(c)) return e.to;
+        return std::nullopt;
+    }
+};
+
+/// Bare keys, as writes_bare has them. States: 0 before the first character, 1 after a
+/// character that is not a space, 2 after a space (a key cannot end there).
+inline KeyForm bare_key_form() {
+    const CodePointSet space = letters(kReaderSpace);
+    const CodePointSet inner = CodePointSet::scalars().minus(letters(kBareKeyEnds)).minus(space);
+    const CodePointSet first = inner.minus(CodePointSet::of('"'));
+    return {"bare-key-tail", {{{first, 1}}, {{inner, 1}, {space, 2}}, {{inner, 1}, {space, 2}}}, {false, true, false}};
+}
+
+/// The raw text of a quoted key: any text.
+inline KeyForm quoted_key_form() { return {"quoted-key-tail", {{{CodePointSet::scalars(), 0}}}, {true}}; }
+
+/// A node of a trie of keys spelled in a KeyForm: the form's state after the node's prefix.
+struct KeyTrieNode {
+    std::size_t state = 0;
+    std::map<char32_t, std::size_t> next;
+    bool key_ends = false;
+};
+
+/// The trie of the keys that `form` can spell (the others need not be left out of it).
+inline std::vector<KeyTrieNode> key_trie(const KeyForm& form, const std::vector<std::u32string>& keys) {
+    std::vector<KeyTrieNode> trie(1);
+    for (const std::u32string& key : keys) {
+        std::size_t at = 0;
+        bool spelled = true;
+        for (const char32_t c : key) {
+            const std::optional<std::size_t> state = form.step(trie[at].state, c);
+            if (!state) {
+                spelled = false;
+                break;
+            }
+            const auto [it, added] = trie[at].next.try_emplace(c, trie.size());
+            const std::size_t next = it->second;
+            if (added) trie.push_back({*state, {}, false});
+            at = next;
+        }
+        trie[at].key_ends |= spelled;
+    }
+    return trie;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The compiler
 
 /// An object's properties and what else it allows, from one schema or merged from allOf.
@@ -1295,6 +1416,7 @@ public:
           rules_({"root", "value", "object", "member", "array", "string", "char", "number", "integer", "boolean", "ws"}) {}
 
     std::string compile() {
+        check_options();
         rules_.reserve_exact("root");
         rules_.rules().back().origin = "#";
         ref_rules_.emplace("", "root");
@@ -1330,9 +1452,23 @@ private:
         return child(pointer, key) + "/" + std::to_string(index);
     }
 
+    void check_options() const {
+        if (gemma() && options_.max_whitespace > 0)
+            throw GrammarError("json schema: max_whitespace must be 0 with ValueSyntax::GemmaToolCall (the syntax has no whitespace)");
+        const std::string& prefix = options_.rule_prefix;
+        const bool plain = std::all_of(prefix.begin(), prefix.end(), [](char c) {
+            return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+        });
+        if (!plain) throw GrammarError("json schema: rule_prefix " + json_quoted(prefix) + " may hold only letters, digits, '-' and '_'");
+    }
+
     // --- shared rules -------------------------------------------------------------------------
 
+    bool gemma() const { return options_.syntax == ValueSyntax::GemmaToolCall; }
     Expr ws() { return options_.max_whitespace > 0 ? builtin("ws") : empty(); }
+    /// What opens and closes a string.
+    Expr quote() const { return gemma() ? special_token(kGemmaQuote) : token("\""); }
+    Expr null_value() const { return token(gemma() ? "None" : "null"); }
 
     /// A shared rule, defined the first time it is used.
     Expr builtin(const std::string& name) {
@@ -1348,16 +1484,19 @@ private:
         const Expr integral = choice({token("0"), seq({digits_1_to_9, repeat(digit, 0, kMaxIntegerDigits - 1)})});
         if (name == "ws") return repeat(chars(whitespace_set()), 0, options_.max_whitespace);
         if (name == "value")
-            return choice({builtin("object"), builtin("array"), builtin("string"), builtin("number"), builtin("boolean"), token("null")});
+            return choice({builtin("object"), builtin("array"), builtin("string"), builtin("number"), builtin("boolean"), null_value()});
         if (name == "object")
             return seq({token("{"), ws(), optional(seq({builtin("member"), star(seq({token(","), ws(), builtin("member")}))})), token("}")});
-        if (name == "member") return seq({builtin("string"), ws(), token(":"), ws(), builtin("value"), ws()});
+        if (name == "member") {
+            Expr key = gemma() ? gemma_other_key({}, "any") : builtin("string");
+            return seq({std::move(key), ws(), token(":"), ws(), builtin("value"), ws()});
+        }
         if (name == "array") {
             Expr element = seq({builtin("value"), ws()});
             return seq({token("["), ws(), optional(seq({element, star(seq({token(","), ws(), element}))})), token("]")});
         }
-        if (name == "string") return seq({token("\""), star(builtin("char")), token("\"")});
-        if (name == "char") return json_string_char(CodePointSet::scalars());
+        if (name == "string") return seq({quote(), star(builtin("char")), quote()});
+        if (name == "char") return gemma() ? chars(CodePointSet::scalars()) : json_string_char(CodePointSet::scalars());
         if (name == "number") {
             Expr fraction = seq({token("."), repeat(digit, 1, kMaxFractionDigits)});
             Expr exponent = seq({chars(letters("eE")), optional(chars(letters("+-"))), repeat(digit, 1, kMaxExponentDigits)});
@@ -1368,16 +1507,12 @@ private:
     }
 
     static CodePointSet whitespace_set() { return letters(" \t\n\r"); }
-    static CodePointSet letters(std::string_view ascii) {
-        CodePointSet set;
-        for (const char c : ascii) set.add(static_cast<char32_t>(c), static_cast<char32_t>(c));
-        return set;
-    }
 
     /// One string character in `set`, as a rule shared by every use of the same set.
     Expr string_char(const CodePointSet& set) {
         if (set.empty()) return nothing();
         if (set == CodePointSet::scalars()) return builtin("char");
+        if (gemma() && set.is_single()) return chars(set);  // a raw character is only itself: nothing to share
         auto it = char_rules_.find(set);
         if (it == char_rules_.end()) {
             std::string hint = "char";
@@ -1387,7 +1522,7 @@ private:
                 print_hex(hint, c, c > 0xFFFF ? 6 : c > 0xFF ? 4 : 2);
             }
             const std::string name = rules_.reserve(hint);
-            rules_.define(name, json_string_char(set));
+            rules_.define(name, gemma() ? chars(set) : json_string_char(set));
             it = char_rules_.emplace(set, name).first;
         }
         return rule(it->second);
@@ -1575,14 +1710,35 @@ private:
             for (const auto& [key, element] : v.items()) {
                 if (!first) items.insert(items.end(), {token(","), ws()});
                 first = false;
-                if (v.is_object()) items.insert(items.end(), {json_text(Json(key), pointer), ws(), token(":"), ws()});
+                if (v.is_object()) items.insert(items.end(), {key_text(key, pointer), ws(), token(":"), ws()});
                 items.insert(items.end(), {value_literal(element, pointer, depth + 1), ws()});
             }
             items.push_back(token(v.is_array() ? "]" : "}"));
             return seq(std::move(items));
         }
         if (v.is_number_float() && !std::isfinite(v.template get<double>())) fail(pointer, "a number that is not finite");
+        if (gemma() && v.is_string())
+            return seq({quote(), literal(gemma_raw_text(v.template get<std::string>(), pointer, "a string")), quote()});
+        if (gemma() && v.is_null()) return null_value();
         return json_text(v, pointer);
+    }
+
+    /// A property name: JSON's quoted string, or in Gemma's syntax the name bare when it reads
+    /// back bare (as the writer does), else quoted.
+    Expr key_text(const std::string& key, const std::string& pointer) const {
+        if (!gemma()) return json_text(Json(key), pointer);
+        const std::u32string text = gemma_raw_text(key, pointer, "a property name");
+        return writes_bare(text) ? literal(text) : seq({quote(), literal(text), quote()});
+    }
+
+    /// The code points of a string Gemma's syntax writes between quotes: it has no escapes, so
+    /// a string holding the quote's text cannot be written (it would read back cut there).
+    static std::u32string gemma_raw_text(const std::string& text, const std::string& pointer, const std::string& what) {
+        const auto code_points = decode_utf8(text);
+        if (!code_points) fail(pointer, what + " that is not valid UTF-8");
+        if (text.find(kGemmaQuote) != std::string::npos)
+            fail(pointer, what + " holding " + std::string(kGemmaQuote) + ", which Gemma's tool-call syntax cannot write");
+        return *code_points;
     }
 
     /// A scalar's compact JSON text as a literal.
@@ -1642,7 +1798,7 @@ private:
         const TypeSet types = schema_types(s, pointer);
         if (types == 0) return builtin("value");
         std::vector<Expr> alternatives;
-        if (types & kNull) alternatives.push_back(token("null"));
+        if (types & kNull) alternatives.push_back(null_value());
         if (types & kBoolean) alternatives.push_back(builtin("boolean"));
         if (types & kNumber) alternatives.push_back(builtin("number"));  // which holds the integers
         else if (types & kInteger) alternatives.push_back(integer(s, pointer));
@@ -1755,7 +1911,7 @@ private:
                                                           : format(value.template get<std::string>(), child(pointer, keyword));
         }
         if (!min && !max) return builtin("string");
-        return seq({token("\""), repeat(builtin("char"), min.value_or(0), max), token("\"")});
+        return seq({quote(), repeat(builtin("char"), min.value_or(0), max), quote()});
     }
 
     Expr format(const std::string& name, const std::string& at) {
@@ -1780,7 +1936,7 @@ private:
             Expr body = compiler.compile();
             if (!compiler.error().empty()) fail(at, "unsupported regular expression " + json_quoted(text) + ": " + compiler.error());
             const std::string name = rules_.reserve(hint);
-            rules_.define(name, seq({token("\""), std::move(body), token("\"")}));
+            rules_.define(name, seq({quote(), std::move(body), quote()}));
             it = pattern_rules_.emplace(text, name).first;
         }
         return rule(it->second);
@@ -1940,7 +2096,7 @@ private:
                 impossible |= p.required;  // an optional one is left out, and its key stays excluded below
                 continue;
             }
-            members.push_back({seq({json_text(Json(p.key), p.pointer), ws(), token(":"), ws(), std::move(value), ws()}), p.required});
+            members.push_back({seq({key_text(p.key, p.pointer), ws(), token(":"), ws(), std::move(value), ws()}), p.required});
         }
         std::optional<Expr> additional;
         if (shape.additional != Shape::Additional::None) {
@@ -2000,6 +2156,7 @@ private:
     /// the keys, one rule per node. At a node, the key may end (unless a key ends there), go on
     /// with a character no key goes on with (then anything), or follow a branch.
     Expr other_key(const std::vector<std::string>& keys, const std::string& hint) {
+        if (gemma()) return gemma_other_key(keys, hint);
         if (keys.empty()) return builtin("string");
         struct Node {
             std::map<char32_t, std::size_t> next;
@@ -2029,6 +2186,55 @@ private:
             rules_.define(names[i], choice(std::move(alternatives)));
         }
         return seq({token("\""), rule(names[0])});
+    }
+
+    /// A key that is none of `keys` in Gemma's syntax: bare, or quoted (which reads back as well
+    /// for any key), leaving the keys out of both forms.
+    Expr gemma_other_key(const std::vector<std::string>& keys, const std::string& hint) {
+        std::vector<std::u32string> code_points;
+        for (const std::string& key : keys) code_points.push_back(decode_utf8(key).value());  // checked when the properties were read
+        Expr quoted = keys.empty() ? builtin("string") : key_other_than(quoted_key_form(), code_points, quote(), hint + "-quoted-key");
+        return choice({key_other_than(bare_key_form(), code_points, empty(), hint + "-bare-key"), std::move(quoted)});
+    }
+
+    /// A key in `form`, between two `delimiter`s, that is none of `keys`: other_key's trie, each
+    /// node knowing the form's state. At a node the key may end (in an accepting state, unless a
+    /// key ends there), follow a branch, or go on with a character no key goes on with, then
+    /// with whatever the form allows from the state that character leads to.
+    Expr key_other_than(const KeyForm& form, const std::vector<std::u32string>& keys, const Expr& delimiter, const std::string& hint) {
+        const std::vector<std::string> tails = key_tails(form, delimiter);
+        const std::vector<KeyTrieNode> trie = key_trie(form, keys);
+        std::vector<std::string> names;
+        for (std::size_t i = 0; i < trie.size(); ++i) names.push_back(rules_.reserve(hint));
+        for (std::size_t i = 0; i < trie.size(); ++i) {
+            const KeyTrieNode& node = trie[i];
+            std::vector<Expr> alternatives{form.accepting[node.state] && !node.key_ends ? delimiter : nothing()};
+            CodePointSet branches;
+            for (const auto& [c, next] : node.next) {
+                branches.add(c, c);
+                alternatives.push_back(seq({literal(std::u32string(1, c)), rule(names[next])}));
+            }
+            for (const KeyForm::Edge& edge : form.edges[node.state])
+                alternatives.push_back(seq({chars(edge.chars.minus(branches)), rule(tails[edge.to])}));
+            rules_.define(names[i], choice(std::move(alternatives)));
+        }
+        return seq({delimiter, rule(names[0])});
+    }
+
+    /// For each state of `form`, a rule for the rest of any key from there and the closing
+    /// `delimiter`; made once per form and shared.
+    std::vector<std::string> key_tails(const KeyForm& form, const Expr& delimiter) {
+        auto [it, added] = key_tail_rules_.try_emplace(form.tail_hint);
+        if (!added) return it->second;
+        std::vector<std::string> names;
+        for (std::size_t s = 0; s < form.accepting.size(); ++s) names.push_back(rules_.reserve(form.tail_hint));
+        for (std::size_t s = 0; s < form.accepting.size(); ++s) {
+            std::vector<Expr> alternatives{form.accepting[s] ? delimiter : nothing()};
+            for (const KeyForm::Edge& edge : form.edges[s]) alternatives.push_back(seq({chars(edge.chars), rule(names[edge.to])}));
+            rules_.define(names[s], choice(std::move(alternatives)));
+        }
+        it->second = names;
+        return names;
     }
 
     // --- allOf --------------------------------------------------------------------------------
@@ -2097,6 +2303,7 @@ private:
         std::vector<std::pair<std::string, Expr>> hoisted;
         for (Rule& r : kept) r.body = hoist_deep_parts(std::move(*r.body), 0, r.name, rules_, hoisted);
         for (auto& [name, body] : hoisted) kept.push_back({name, std::move(body), {}});
+        add_rule_prefix(kept);
         std::string text = print_rules(kept);
         if (text.size() > options_.max_grammar_bytes)
             fail("", "the grammar would be " + std::to_string(text.size()) + " bytes, more than the limit of " +
@@ -2126,6 +2333,20 @@ private:
             (r.name == "root" ? out.insert(out.begin(), std::move(r)) : out.insert(out.end(), std::move(r)));
         }
         return out;
+    }
+
+    /// The prefix goes on last, so that the checks before name the rules as the schema does.
+    void add_rule_prefix(std::vector<Rule>& rules) const {
+        if (options_.rule_prefix.empty()) return;
+        for (Rule& r : rules) {
+            r.name.insert(0, options_.rule_prefix);
+            prefix_refs(*r.body, options_.rule_prefix);
+        }
+    }
+
+    static void prefix_refs(Expr& e, const std::string& prefix) {
+        if (e.kind == Expr::Kind::Rule) e.rule.insert(0, prefix);
+        for (Expr& item : e.items) prefix_refs(item, prefix);
     }
 
     static void rename_refs(Expr& e, const std::unordered_map<std::string, std::string>& renamed) {
@@ -2172,6 +2393,7 @@ private:
     std::unordered_map<std::string, std::string> ref_rules_;  ///< target pointer -> rule
     std::vector<PendingRef> pending_refs_;
     std::map<CodePointSet, std::string> char_rules_;
+    std::map<std::string, std::vector<std::string>> key_tail_rules_;  ///< KeyForm::tail_hint -> a rule per state
     std::unordered_map<std::string, std::string> pattern_rules_;
 };
 
@@ -2181,8 +2403,10 @@ private:
 /// 2020-12, with draft 4-7 spellings of items and exclusiveMinimum), in canonical form: keys in
 /// the order of `properties` (nlohmann::json sorts them; pass an ordered_json to keep the
 /// schema's order), fixed values as nlohmann dumps them, integers without fraction or exponent,
-/// whitespace as JsonSchemaOptions says. Throws GrammarError naming the keyword and its JSON
-/// pointer for anything it does not support, rather than allow more than the schema does.
+/// whitespace as JsonSchemaOptions says. With ValueSyntax::GemmaToolCall the same values in
+/// Gemma's tool-call syntax; with a rule_prefix the root rule is `<prefix>root`. Throws
+/// GrammarError naming the keyword and its JSON pointer for anything it does not support,
+/// rather than allow more than the schema does.
 inline std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options = {}) {
     return detail::schema_gbnf::SchemaCompiler<nlohmann::ordered_json>(schema, options).compile();
 }

@@ -106,6 +106,8 @@ public:
             throw InvalidArgument("GenerateOptions::min_tokens must be >= 0, not " + std::to_string(options.min_tokens));
         if (options.min_tokens > 0) held_back_ = ending_ids(options, model.config().tokens);
         if (options.constraint) constraint_.emplace(options, ending_ids(options, model.config().tokens));
+        check_logprobs(options);
+        if (options.logprobs >= 0) want_logprobs(options.logprobs, most);
     }
 
     /// Samples the step's rows from `first_row` on: the row after the pending id, then, while
@@ -169,14 +171,16 @@ public:
     std::int64_t accepted() const { return accepted_; }
     std::array<std::uint64_t, 4> rng_state() const { return sampler_.rng_state(); }
 
-    /// Moves the reply into `ids` and `text`, and its counts and times into `stats` (a
-    /// GenerationStats or RequestStats): the first token timed from `start`, the generation from
-    /// the first token to now.
-    template <class Stats>
-    void hand_over(std::vector<std::int32_t>& ids, std::string& text, Stats& stats, clock::time_point start) {
-        ids = std::move(ids_);
-        text = std::move(text_);
-        stats.generated_tokens = static_cast<std::int64_t>(ids.size());
+    /// Moves the reply into `result` (a GenerationResult or EngineResult): its ids, text and
+    /// log-probabilities, and its counts and times into result.stats: the first token timed from
+    /// `start`, the generation from the first token to now.
+    template <class Result>
+    void hand_over(Result& result, clock::time_point start) {
+        result.ids = std::move(ids_);
+        result.text = std::move(text_);
+        result.logprobs = collected_logprobs();
+        auto& stats = result.stats;
+        stats.generated_tokens = static_cast<std::int64_t>(result.ids.size());
         stats.drafted_tokens = drafted_;
         stats.accepted_tokens = accepted_;
         if (first_) {
@@ -208,6 +212,39 @@ private:
         return p;
     }
 
+    /// Log-probabilities of every sampled id with `top` alternatives, with room for a reply of
+    /// `most` ids so that recording them allocates nothing mid-decode.
+    void want_logprobs(std::int32_t top, std::size_t most) {
+        sampler_.set_logprobs(top);
+        step_logprob_.top.reserve(static_cast<std::size_t>(top));
+        logprob_steps_.reserve(most);
+        alternatives_.reserve(most * static_cast<std::size_t>(top));
+    }
+
+    /// The sampler's log-probabilities of the id it just sampled, into step_logprob_ and the
+    /// reply's record.
+    void record_logprob(std::int32_t id) {
+        const std::span<const IdLogprob> top = sampler_.top_logprobs();
+        step_logprob_.id = id;
+        step_logprob_.logprob = sampler_.logprob();
+        step_logprob_.top.assign(top.begin(), top.end());
+        logprob_steps_.push_back({{id, step_logprob_.logprob}, top.size()});
+        alternatives_.insert(alternatives_.end(), top.begin(), top.end());
+    }
+
+    /// The recorded log-probabilities, one TokenLogprob per sampled id.
+    std::vector<TokenLogprob> collected_logprobs() const {
+        std::vector<TokenLogprob> out;
+        out.reserve(logprob_steps_.size());
+        auto next = alternatives_.begin();
+        for (const LogprobStep& step : logprob_steps_) {
+            const auto end = next + static_cast<std::ptrdiff_t>(step.alternatives);
+            out.push_back({step.sampled.id, step.sampled.logprob, std::vector<IdLogprob>(next, end)});
+            next = end;
+        }
+        return out;
+    }
+
     bool cancelled() const {
         return (options_->cancel && options_->cancel->load()) || (cancel_ && cancel_->load());
     }
@@ -223,6 +260,7 @@ private:
         if (generated() < o.min_tokens && (!constraint_ || constraint_->can_continue())) sampler_.suppress_next(held_back_);
         if (constraint_) constraint_->restrict(sampler_);
         const std::int32_t id = sampler_.sample(logits);
+        if (o.logprobs >= 0) record_logprob(id);
         sampler_.accept(id);
         if (constraint_) constraint_->accept(id);
         if (!first_) first_ = clock::now();
@@ -237,6 +275,7 @@ private:
             stopped_by_string = s.stopped;
         }
         text_ += piece_;
+        if (o.logprobs >= 0 && o.on_logprob) o.on_logprob(step_logprob_);
         const bool keep_going = !o.on_token || o.on_token(id, piece_);
         if (const auto end = finish_after(id, o, model_->config().tokens, stopped_by_string, keep_going)) return end;
         if (length + 1 > context_limit_) return FinishReason::ContextFull;
@@ -254,6 +293,14 @@ private:
     std::function<void(std::int32_t)> on_sampled_;
     std::int64_t context_limit_;
     std::vector<std::int32_t> ids_;
+    /// One sampled id's log-probability and how many alternatives of alternatives_ are its.
+    struct LogprobStep {
+        IdLogprob sampled;
+        std::size_t alternatives;
+    };
+    std::vector<LogprobStep> logprob_steps_;
+    std::vector<IdLogprob> alternatives_;  ///< every step's top alternatives, one after the other
+    TokenLogprob step_logprob_;            ///< the last sampled id's (what on_logprob is given)
     std::vector<std::int32_t> held_back_;  ///< ending_ids(), suppressed until min_tokens ids are sampled
     std::optional<ReplyConstraint> constraint_;
     std::string text_, piece_;

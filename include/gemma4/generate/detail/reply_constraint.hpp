@@ -25,6 +25,12 @@ public:
         : matcher_(options.constraint, std::move(end_ids)), channel_(options.thought_channel) {
         if ((channel_[0] < 0) != (channel_[1] < 0))
             throw InvalidArgument("GenerateOptions::thought_channel: give both ids (start, end) or neither");
+        for (const std::int32_t id : options.constraint_prefix) {
+            if (!matcher_.allows(id))
+                throw GrammarError("GenerateOptions::constraint_prefix: the grammar does not allow id " + std::to_string(id) + " there");
+            matcher_.accept(id);
+        }
+        if (!options.constraint_prefix.empty()) channel_used_ = true;  // the answer has begun
     }
 
     /// Restricts the sampler's next draw to what the grammar allows (and, before anything else,
