@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -122,6 +123,7 @@ public:
 private:
     static constexpr std::uint32_t kNoParent = 0xFFFFFFFFu;
     static constexpr std::int32_t kUnknown = -2;
+    static constexpr std::int32_t kMixed = -3;  ///< non_ascii_next_: the classes tell non-ASCII characters apart
 
     struct Node {
         std::uint32_t position;  ///< the next element to match in this frame
@@ -338,14 +340,41 @@ private:
         return true;
     }
 
-    /// The state after the complete non-ASCII character `c` (remembered per state and character).
+    /// The state after the complete non-ASCII character `c`. It depends only on which of the
+    /// open classes take `c`. In most states every class takes all non-ASCII characters or none
+    /// (text inside a string; digits, literals): there one transition serves them all. Other
+    /// states remember one transition per set of classes that take the character. A table per
+    /// (state, character) would grow with the vocabulary's characters times the states.
     std::int32_t next_code_point(std::uint32_t state, char32_t c) {
-        const std::uint64_t key = (std::uint64_t{state} << 21) | c;
-        if (const auto it = code_point_transitions_.find(key); it != code_point_transitions_.end()) return it->second;
+        if (non_ascii_next_.size() <= state) non_ascii_next_.resize(states_.size(), kUnknown);
+        if (non_ascii_next_[state] == kUnknown) {
+            const std::int32_t uniform = uniform_non_ascii(state) ? advance(std::vector<std::uint32_t>(states_[state].tops), c) : kMixed;
+            if (non_ascii_next_.size() <= state) non_ascii_next_.resize(states_.size(), kUnknown);
+            non_ascii_next_[state] = uniform;
+        }
+        if (non_ascii_next_[state] != kMixed) return non_ascii_next_[state];
         const std::vector<std::uint32_t> tops = states_[state].tops;
-        const std::int32_t s = advance(tops, c);
-        code_point_transitions_.emplace(key, s);
-        return s;
+        std::vector<bool> taking(tops.size());
+        for (std::size_t i = 0; i < tops.size(); ++i) {
+            const std::uint32_t position = nodes_[tops[i]].position;
+            taking[i] = grammar_.elements[position].op == Grammar::Op::Chars && grammar_.class_at(position).contains(c);
+        }
+        const auto [it, added] = class_transitions_.try_emplace({state, std::move(taking)}, kDead);
+        if (added) it->second = advance(tops, c);
+        return it->second;
+    }
+
+    /// Whether each open class of `state` takes every non-ASCII character or none.
+    bool uniform_non_ascii(std::uint32_t state) const {
+        return std::all_of(states_[state].tops.begin(), states_[state].tops.end(), [&](std::uint32_t top) {
+            const std::uint32_t position = nodes_[top].position;
+            if (grammar_.elements[position].op != Grammar::Op::Chars) return true;
+            const CharClass& k = grammar_.class_at(position);
+            const auto covers = [&](char32_t lo, char32_t hi) {
+                return std::any_of(k.ranges.begin(), k.ranges.end(), [&](const auto& r) { return r.first <= lo && r.second >= hi; });
+            };
+            return !k.intersects(0x80, kMaxCodePoint) || (covers(0x80, 0xD7FF) && covers(0xE000, kMaxCodePoint));
+        });
     }
 
     /// The code points a split character may still become.
@@ -430,7 +459,8 @@ private:
     std::unordered_map<std::string, std::uint32_t> state_ids_;
     std::vector<std::int32_t> transitions_;  ///< 256 per state: kUnknown, kDead or the next state
     std::unordered_map<std::uint64_t, std::int32_t> token_transitions_;  ///< (state, token id) → next state or kDead
-    std::unordered_map<std::uint64_t, std::int32_t> code_point_transitions_;  ///< (state, non-ASCII character) → the same
+    std::vector<std::int32_t> non_ascii_next_;  ///< per state: kUnknown, kMixed, or the state after any non-ASCII character
+    std::map<std::pair<std::uint32_t, std::vector<bool>>, std::int32_t> class_transitions_;  ///< (state, which tops take it) → next
     std::vector<std::int32_t> mask_slot_;    ///< per state: its mask in masks_, or -1
     std::vector<std::vector<std::uint64_t>> masks_;
 };
