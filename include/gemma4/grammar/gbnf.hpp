@@ -17,6 +17,7 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/error.hpp>
+#include <gemma4/grammar/detail/rule_cycles.hpp>
 
 #include <algorithm>
 #include <array>
@@ -532,35 +533,15 @@ inline std::vector<bool> nullable_rules(const Grammar& g) {
 inline void check_left_recursion(const Grammar& g) {
     const std::vector<bool> nullable = nullable_rules(g);
     // starts[r]: the rules r can begin with.
-    std::vector<std::vector<std::uint32_t>> starts(g.alternatives.size());
+    std::vector<std::vector<std::size_t>> starts(g.alternatives.size());
     for (std::size_t r = 0; r < g.alternatives.size(); ++r)
         for (const std::uint32_t start : g.alternatives[r])
             for (std::uint32_t p = start; g.elements[p].op == Grammar::Op::Rule; ++p) {
                 starts[r].push_back(g.elements[p].arg);
                 if (!nullable[g.elements[p].arg]) break;
             }
-    // Depth-first search for a cycle; 0 unvisited, 1 on the path, 2 done.
-    std::vector<std::uint8_t> mark(g.alternatives.size(), 0);
-    std::vector<std::pair<std::uint32_t, std::size_t>> path;
-    for (std::uint32_t r0 = 0; r0 < g.alternatives.size(); ++r0) {
-        if (mark[r0]) continue;
-        path.push_back({r0, 0});
-        mark[r0] = 1;
-        while (!path.empty()) {
-            auto& [r, next] = path.back();
-            if (next == starts[r].size()) {
-                mark[r] = 2;
-                path.pop_back();
-                continue;
-            }
-            const std::uint32_t s = starts[r][next++];
-            if (mark[s] == 1) throw GrammarError("grammar: rule \"" + g.rule_names[s] + "\" is left-recursive (it can begin with itself)");
-            if (mark[s] == 0) {
-                mark[s] = 1;
-                path.push_back({s, 0});
-            }
-        }
-    }
+    if (const auto cycle = find_rule_cycle(starts); !cycle.empty())
+        throw GrammarError("grammar: rule \"" + g.rule_names[cycle.front()] + "\" is left-recursive (it can begin with itself)");
 }
 
 inline Grammar GbnfParser::finish() {

@@ -25,6 +25,7 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/error.hpp>
+#include <gemma4/grammar/detail/rule_cycles.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -755,34 +756,7 @@ inline std::vector<std::size_t> GrammarCheck::left_recursive_cycle() const {
     const std::vector<bool> nullable = derives(false);
     std::vector<std::vector<std::size_t>> starts(rules_.size());
     for (std::size_t r = 0; r < rules_.size(); ++r) leading_rules(*rules_[r].body, nullable, starts[r]);
-    // Depth-first search; 0 unvisited, 1 on the path, 2 done.
-    std::vector<std::uint8_t> mark(rules_.size(), 0);
-    std::vector<std::pair<std::size_t, std::size_t>> path;
-    for (std::size_t r0 = 0; r0 < rules_.size(); ++r0) {
-        if (mark[r0]) continue;
-        path.push_back({r0, 0});
-        mark[r0] = 1;
-        while (!path.empty()) {
-            auto& [r, next] = path.back();
-            if (next == starts[r].size()) {
-                mark[r] = 2;
-                path.pop_back();
-                continue;
-            }
-            const std::size_t s = starts[r][next++];
-            if (mark[s] == 1) {
-                std::vector<std::size_t> cycle;
-                auto it = std::find_if(path.begin(), path.end(), [s](const auto& p) { return p.first == s; });
-                for (; it != path.end(); ++it) cycle.push_back(it->first);
-                return cycle;
-            }
-            if (mark[s] == 0) {
-                mark[s] = 1;
-                path.push_back({s, 0});
-            }
-        }
-    }
-    return {};
+    return find_rule_cycle(starts);
 }
 
 /// How deep parentheses may nest in one rule before a part moves to a rule of its own (the
