@@ -387,7 +387,8 @@ private:
 
     /// Whether some open class of `at.state` takes a completion of its split character.
     bool partial_viable(const Position& at) const {
-        const auto [lo, hi] = completions(at);
+        const std::pair<char32_t, char32_t> range = completions(at);
+        const char32_t lo = range.first, hi = range.second;  // not a structured binding: clang 14 cannot capture one in a lambda
         if (lo > hi) return false;
         return std::any_of(states_[at.state].tops.begin(), states_[at.state].tops.end(), [&](std::uint32_t top) {
             const std::uint32_t position = nodes_[top].position;
