@@ -58,16 +58,6 @@ json chat(int port, json body, const std::string& model = "") {
     return r.json();
 }
 
-/// A 400 in OpenAI's shape whose param is `param`.
-void require_bad_param(const HttpResponse& r, const std::string& param) {
-    INFO(r.body);
-    REQUIRE(r.status == 400);
-    const json e = r.json()["error"];
-    CHECK(e["type"] == "invalid_request_error");
-    CHECK(e["param"] == param);
-    CHECK(e["message"].get<std::string>().rfind(param + ": ", 0) == 0);
-}
-
 }  // namespace sampling_e2e
 
 TEST_CASE("serve: logit_bias, min_tokens, penalties and seeds reach the sampler, and bad values are 400s naming them", "[server][e2e][sampling]") {

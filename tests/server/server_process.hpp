@@ -230,6 +230,18 @@ inline HttpResponse http(int port, const std::string& method, const std::string&
 
 /// The `data:` payloads of an SSE body, in order; checks that every event is exactly one
 /// `data: ...` line followed by a blank line.
+/// A 400 in OpenAI's shape whose param is `param` and whose message starts with it and holds
+/// `mentions`.
+inline void require_bad_param(const HttpResponse& r, const std::string& param, const std::string& mentions = "") {
+    INFO(r.body);
+    REQUIRE(r.status == 400);
+    const nlohmann::json e = r.json()["error"];
+    CHECK(e["type"] == "invalid_request_error");
+    CHECK(e["param"] == param);
+    CHECK(e["message"].get<std::string>().rfind(param + ": ", 0) == 0);
+    CHECK(e["message"].get<std::string>().find(mentions) != std::string::npos);
+}
+
 inline std::vector<std::string> sse_data(const std::string& body) {
     std::vector<std::string> events;
     std::size_t pos = 0;

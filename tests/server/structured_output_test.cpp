@@ -64,15 +64,6 @@ std::string streamed_chat_content(int port, json body) {
     return text;
 }
 
-void require_bad_param(const HttpResponse& r, const std::string& param, const std::string& mentions) {
-    INFO(r.body);
-    REQUIRE(r.status == 400);
-    const json e = r.json()["error"];
-    CHECK(e["type"] == "invalid_request_error");
-    CHECK(e["param"] == param);
-    CHECK(e["message"].get<std::string>().find(mentions) != std::string::npos);
-}
-
 }  // namespace structured_e2e
 
 TEST_CASE("serve: response_format, grammar and json_schema constrain every reply, and bad ones are 400s", "[server][e2e][constraint]") {
