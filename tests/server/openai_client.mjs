@@ -278,4 +278,35 @@ for (const top of textLogprobs.top_logprobs) {
 await rejects(client.chat.completions.create({ model, messages: user('x'), top_logprobs: 2 }), OpenAI.BadRequestError, badParam('top_logprobs'));
 await rejects(client.completions.create({ model, prompt: 'x', logprobs: 21 }), OpenAI.BadRequestError, badParam('logprobs'));
 
+// A forced call under tool_choice "required" (one: a random model would go on calling): always
+// there, its arguments valid against the tool's schema (the grammar of Gemma's call syntax),
+// checked here by hand.
+const strictTools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'Current weather',
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string', maxLength: 20 }, days: { type: 'integer', minimum: 1, maximum: 14 } },
+      required: ['city', 'days'], additionalProperties: false,
+    },
+  },
+}];
+for (const seed of [1, 2]) {
+  const forcedCall = await client.chat.completions.create({
+    model, tools: strictTools, tool_choice: 'required', parallel_tool_calls: false, messages: user('Weather in Paris?'),
+    max_tokens: 120, temperature: 1, seed,
+  });
+  assert.equal(forcedCall.choices[0].finish_reason, 'tool_calls');
+  const calls = forcedCall.choices[0].message.tool_calls;
+  assert.equal(calls.length, 1);
+  for (const call of calls) {
+    assert.equal(call.function.name, 'get_weather');
+    const args = JSON.parse(call.function.arguments);
+    assert.deepEqual(Object.keys(args).sort(), ['city', 'days']);
+    assert.ok([...args.city].length <= 20);
+    assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 14);
+  }
+}
+
 console.log('openai client: ok');
