@@ -76,12 +76,7 @@ public:
         }
         if (!vocabulary_->is_text(id)) return kDead;
         const std::string& bytes = vocabulary_->bytes(id);
-        if (states_[state].pending > 0) {  // a character split by the previous token
-            std::int32_t s = static_cast<std::int32_t>(state);
-            for (std::size_t i = 0; i < bytes.size() && s != kDead; ++i) s = next(static_cast<std::uint32_t>(s), static_cast<std::uint8_t>(bytes[i]));
-            return s;
-        }
-        Position at{state};
+        Position at = position_of(state);
         for (const char b : bytes)
             if (!step(at, static_cast<std::uint8_t>(b), at)) return kDead;
         return at.pending == 0 ? static_cast<std::int32_t>(at.state) : intern_partial(at);
@@ -123,6 +118,8 @@ public:
 private:
     static constexpr std::uint32_t kNoParent = 0xFFFFFFFFu;
     static constexpr std::int32_t kUnknown = -2;
+    /// The smallest code point of each UTF-8 length (a shorter encoding of it is overlong).
+    static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
     static constexpr std::int32_t kMixed = -3;  ///< non_ascii_next_: the classes tell non-ASCII characters apart
 
     struct Node {
@@ -137,6 +134,7 @@ private:
         bool accepting = false;
         std::uint8_t pending = 0, length = 0;
         char32_t value = 0;
+        std::uint32_t base = 0;  ///< with a character in progress: a state of the same stacks without one
     };
 
     std::uint32_t intern_node(std::uint32_t position, std::uint32_t parent) {
@@ -210,39 +208,13 @@ private:
         return computed;
     }
 
+    /// Byte transitions are the walk's (step), made states: only a token that ends inside a
+    /// character leaves a state with one in progress.
     std::int32_t compute_next(std::uint32_t state, std::uint8_t byte) {
-        const State& from = states_[state];
-        State to;
-        to.tops = from.tops;  // a character in progress keeps the stacks it will advance
-        if (from.pending == 0) {
-            if (byte < 0x80) return advance(to.tops, byte);
-            to.length = byte >= 0xC2 && byte <= 0xDF ? 2 : byte >= 0xE0 && byte <= 0xEF ? 3 : byte >= 0xF0 && byte <= 0xF4 ? 4 : 0;
-            if (to.length == 0) return kDead;
-            to.pending = static_cast<std::uint8_t>(to.length - 1);
-            to.value = byte & (0x7Fu >> to.length);
-        } else {
-            if ((byte & 0xC0) != 0x80) return kDead;
-            to.length = from.length;
-            to.pending = static_cast<std::uint8_t>(from.pending - 1);
-            to.value = (from.value << 6) | (byte & 0x3Fu);
-        }
-        // The smallest code point of each encoded length (shorter encodings are overlong).
-        static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
-        if (to.pending == 0) {
-            const char32_t c = to.value;
-            if (c < kSmallest[to.length] || c > kMaxCodePoint || (c >= 0xD800 && c <= 0xDFFF)) return kDead;
-            return advance(to.tops, c);
-        }
-        // Keep a character in progress only if some open class could take one of its completions
-        // (classes hold no surrogates, so the range needs no gap for them).
-        const char32_t lo = std::max<char32_t>(to.value << (6 * to.pending), kSmallest[to.length]);
-        const char32_t hi = std::min<char32_t>((to.value << (6 * to.pending)) | ((char32_t{1} << (6 * to.pending)) - 1), kMaxCodePoint);
-        if (lo > hi) return kDead;
-        const bool viable = std::any_of(to.tops.begin(), to.tops.end(), [&](std::uint32_t top) {
-            const std::uint32_t position = nodes_[top].position;
-            return grammar_.elements[position].op == Grammar::Op::Chars && grammar_.class_at(position).intersects(lo, hi);
-        });
-        return viable ? static_cast<std::int32_t>(intern_state(std::move(to))) : kDead;
+        if (states_[state].pending == 0 && byte < 0x80) return advance(std::vector<std::uint32_t>(states_[state].tops), byte);
+        Position to;
+        if (!step(position_of(state), byte, to)) return kDead;
+        return to.pending == 0 ? static_cast<std::int32_t>(to.state) : intern_partial(to);
     }
 
     /// The state after the complete character `c` from the stacks `tops`.
@@ -283,8 +255,7 @@ private:
     /// One preorder walk of the trie: a node whose prefix leads nowhere skips its subtree.
     void compute_mask(std::uint32_t state) {
         std::vector<std::uint64_t> bits((vocabulary_->size() + 63) / 64, 0);
-        if (states_[state].pending > 0) walk_trie_bytes(state, bits);
-        else walk_trie(state, bits);
+        walk_trie(state, bits);
         if (states_[state].pending == 0)
             for (const std::uint32_t top : std::vector<std::uint32_t>(states_[state].tops)) {
                 const Grammar::Element& e = grammar_.elements[nodes_[top].position];
@@ -314,7 +285,6 @@ private:
     /// character is checked when it completes (and where a token ends inside it: intern_partial
     /// and partial_viable).
     bool step(const Position& from, std::uint8_t byte, Position& to) {
-        static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
         if (from.pending == 0) {
             if (byte < 0x80) {
                 const std::int32_t s = next(from.state, byte);
@@ -379,7 +349,6 @@ private:
 
     /// The code points a split character may still become.
     static std::pair<char32_t, char32_t> completions(const Position& at) {
-        static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
         const char32_t lo = std::max<char32_t>(at.value << (6 * at.pending), kSmallest[at.length]);
         const char32_t hi = std::min<char32_t>((at.value << (6 * at.pending)) | ((char32_t{1} << (6 * at.pending)) - 1), kMaxCodePoint);
         return {lo, hi};
@@ -404,7 +373,14 @@ private:
         split.pending = at.pending;
         split.length = at.length;
         split.value = at.value;
+        split.base = at.state;
         return static_cast<std::int32_t>(intern_state(std::move(split)));
+    }
+
+    /// An interned state as a walk's position.
+    Position position_of(std::uint32_t state) const {
+        const State& s = states_[state];
+        return s.pending == 0 ? Position{state} : Position{s.base, s.pending, s.length, s.value};
     }
 
     static void set_ids(const TokenTrie& trie, std::size_t node, std::vector<std::uint64_t>& bits) {
@@ -414,11 +390,11 @@ private:
         }
     }
 
-    /// The trie walk from a state with no character split.
+    /// The trie walk: a node whose prefix leads nowhere skips its subtree.
     void walk_trie(std::uint32_t state, std::vector<std::uint64_t>& bits) {
         const TokenTrie& trie = vocabulary_->trie();
         std::vector<Position> at_depth(trie.max_depth + 1);
-        at_depth[0] = Position{state};
+        at_depth[0] = position_of(state);
         for (std::size_t i = 1; i < trie.nodes();) {
             const std::uint32_t depth = trie.depth[i];
             if (!step(at_depth[depth - 1], trie.label[i], at_depth[depth])) {
@@ -427,24 +403,6 @@ private:
             }
             if (at_depth[depth].pending == 0 || (trie.ids_begin[i] != trie.ids_begin[i + 1] && partial_viable(at_depth[depth])))
                 set_ids(trie, i, bits);
-            ++i;
-        }
-    }
-
-    /// The trie walk from a state inside a split character, byte by byte through interned states.
-    void walk_trie_bytes(std::uint32_t state, std::vector<std::uint64_t>& bits) {
-        const TokenTrie& trie = vocabulary_->trie();
-        std::vector<std::uint32_t> at_depth(trie.max_depth + 1);
-        at_depth[0] = state;
-        for (std::size_t i = 1; i < trie.nodes();) {
-            const std::uint32_t depth = trie.depth[i];
-            const std::int32_t s = next(at_depth[depth - 1], trie.label[i]);
-            if (s == kDead) {
-                i = trie.subtree_end[i];
-                continue;
-            }
-            at_depth[depth] = static_cast<std::uint32_t>(s);
-            set_ids(trie, i, bits);
             ++i;
         }
     }

@@ -170,21 +170,10 @@ private:
     /// At a newline outside parentheses: whether the next non-blank line continues the rule
     /// (starts with `|`). Consumes the blank lines when it does.
     bool continues_on_next_line() {
-        std::size_t probe = pos_;
-        while (probe < text_.size()) {
-            const char c = text_[probe];
-            if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
-                ++probe;
-            } else if (c == '#') {
-                while (probe < text_.size() && text_[probe] != '\n') ++probe;
-            } else {
-                break;
-            }
-        }
-        if (probe < text_.size() && text_[probe] == '|') {
-            pos_ = probe;
-            return true;
-        }
+        const std::size_t line_end = pos_;
+        skip_space(true);
+        if (peek() == '|') return true;
+        pos_ = line_end;
         return false;
     }
 
