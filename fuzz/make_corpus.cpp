@@ -485,6 +485,36 @@ void gguf() {
                                                                             {GgufValueType::Float64, 8}})
         values.push_back({"v." + std::string(gguf_value_type_name(t)), t, std::string(static_cast<std::size_t>(size), '\x01')});
     put("gguf", "metadata.gguf", bytes(gguf_file_bytes(values, {})));
+
+    // an mmproj (image and audio embedders) of a text model of hidden size 32, as fuzz_gguf also
+    // reads every input: patch 1 × pooling 3 (27 values), width 8, 4 positions, frames of 32
+    const std::vector<GgufKv> mm{
+        gguf_string("general.architecture", "clip"),
+        gguf_string("general.type", "mmproj"),
+        gguf_bool("clip.has_vision_encoder", true),
+        gguf_uint32("clip.vision.projection_dim", 32),
+        gguf_uint32("clip.vision.patch_size", 1),
+        gguf_uint32("clip.vision.embedding_length", 8),
+        gguf_bool("clip.has_audio_encoder", true),
+        gguf_uint32("clip.audio.projection_dim", 32),
+        gguf_uint32("clip.audio.embedding_length", 32),
+        gguf_string("clip.vision.projector_type", "gemma4uv"),
+        gguf_float32("clip.vision.attention.layer_norm_epsilon", 1e-6f),
+        gguf_string("clip.audio.projector_type", "gemma4ua"),
+    };
+    ts.clear();
+    add("mm.a.input_projection.weight", {32, 32}, GgmlType::Q8_0);
+    add("mm.input_projection.weight", {8, 32}, GgmlType::F16);
+    add("v.patch_embd.bias", {8}, GgmlType::F32);
+    add("v.patch_embd.weight", {27, 8}, GgmlType::F16);
+    add("v.patch_norm.1.bias", {27}, GgmlType::F32);
+    add("v.patch_norm.1.weight", {27}, GgmlType::F32);
+    for (const char* n : {"2", "3"}) {
+        add(std::string("v.patch_norm.") + n + ".bias", {8}, GgmlType::F32);
+        add(std::string("v.patch_norm.") + n + ".weight", {8}, GgmlType::F32);
+    }
+    add("v.position_embd.weight", {8, 4, 2}, GgmlType::F32);
+    put("gguf", "micro_mmproj.gguf", bytes(gguf_file_bytes(mm, ts)));
 }
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -42,6 +43,12 @@ inline Options operator+(Options a, const Options& b) {
 
 /// `--threads N`, taken by every command that runs a model.
 inline Options threads_option() { return {{"threads", "N", "worker threads (default: one per core)"}}; }
+
+/// `--mmproj FILE`, taken by every command that runs a model with images or audio (read with
+/// Args::mmproj): a GGUF --model's image and audio embedders, from llama.cpp's mmproj file.
+inline Options mmproj_option() {
+    return {{"mmproj", "FILE", "llama.cpp mmproj GGUF holding the image and audio embedders of a .gguf --model"}};
+}
 
 /// `--quant-block N`, taken by every command that re-encodes weights as int8 / int4 (read with
 /// quant_block).
@@ -148,6 +155,9 @@ public:
         if (!quant::valid_block(block)) throw InvalidArgument(command_ + ": --quant-block must be 32 or 64, got '" + *v + "'");
         return block;
     }
+
+    /// `--mmproj`: the mmproj file's path, or empty when not given (LoadOptions::mmproj).
+    std::filesystem::path mmproj() { return get("mmproj").value_or(""); }
 
     /// A size in bytes: a number, optionally followed by K, M or G (KiB, MiB, GiB: powers of 1024).
     std::size_t bytes(const std::string& name, std::size_t fallback) {

@@ -41,6 +41,7 @@
 #include <gemma4/model/assistant_checkpoint.hpp>
 #include <gemma4/model/checkpoint.hpp>
 #include <gemma4/model/gguf_checkpoint.hpp>
+#include <gemma4/model/gguf_mmproj.hpp>
 #include <gemma4/model/model.hpp>
 #include <gemma4/model/multimodal.hpp>
 #include <gemma4/model/quantize.hpp>

@@ -32,14 +32,14 @@ std::set<std::string> operator+(std::set<std::string> a, const std::set<std::str
 const std::map<std::string, std::set<std::string>> kReads = {
     {"bench", {"config", "weights", "random-weights", "model", "layers", "prompt-tokens", "gen-tokens", "threads", "batch", "bandwidth-mb",
                "context", "kv", "json", "draft", "accept", "draft-max", "gguf-dir", "keep-gguf", "image-tokens", "repeat", "quant-block",
-               "grammar", "json-schema", "tokenizer", "replies"}},
-    {"chat", std::set<std::string>{"model", "system", "think", "session", "threads"} + kGeneration + kConstraint + kSpeculative + kMediaFiles},
+               "mmproj", "grammar", "json-schema", "tokenizer", "replies"}},
+    {"chat", std::set<std::string>{"model", "system", "think", "session", "threads", "mmproj"} + kGeneration + kConstraint + kSpeculative + kMediaFiles},
     {"demo", {"out", "prompt", "threads", "max-new-tokens", "temperature", "seed"}},
     {"detokenize", {"tokenizer", "jsonl", "skip-special"}},
     {"info", {"json"}},
-    {"generate", std::set<std::string>{"model", "prompt", "prompt-ids", "print-ids", "precision", "threads"} + kGeneration + kConstraint +
+    {"generate", std::set<std::string>{"model", "prompt", "prompt-ids", "print-ids", "precision", "threads", "mmproj"} + kGeneration + kConstraint +
                      kSpeculative + kMediaFiles},
-    {"logits", std::set<std::string>{"model", "tokens", "precision", "chunk", "out", "out-dir", "dump-taps", "threads", "weights"} +
+    {"logits", std::set<std::string>{"model", "tokens", "precision", "chunk", "out", "out-dir", "dump-taps", "threads", "weights", "mmproj"} +
                    kMediaArrays},
     {"make-tiny", {"out", "seed", "dtype", "shards", "text-only", "vocab-size", "hidden-size", "intermediate-size", "layers", "heads",
                    "kv-heads", "head-dim", "global-head-dim", "global-kv-heads", "sliding-window", "max-positions", "layer-types",
@@ -51,7 +51,7 @@ const std::map<std::string, std::set<std::string>> kReads = {
 #ifdef GEMMA4_HAVE_SERVE  // built only with cpp-httplib
     {"loadgen", {"url", "api-key", "concurrency", "requests", "max-tokens", "prompt", "model", "json", "ignore-eos", "unique-prompts"}},
     {"serve", std::set<std::string>{"model", "host", "port", "parallel", "ctx-size", "queue", "kv-budget", "api-key", "weights", "quant-block", "max-body",
-                                    "max-soft-tokens", "grace", "served-model-name", "alias", "accept-any-model", "threads"} + kSpeculative},
+                                    "max-soft-tokens", "grace", "served-model-name", "alias", "accept-any-model", "threads", "mmproj"} + kSpeculative},
 #endif
     {"tokenize", {"tokenizer", "config", "jsonl"}},
     {"tokenizer-bench", {"tokenizer", "text", "loads"}},

@@ -394,7 +394,7 @@ TEST_CASE("gguf: malformed tensor infos and data are FormatErrors naming the ten
     expect_format_error(with_data(header(1, 0, tensor_info("t", {1ull << 32, 1ull << 32, 1ull << 32}, 0, 0)), 64),
                         "tensor 't': the product of its dimensions overflows");
     expect_format_error(with_data(header(1, 0, tensor_info("t", {0x8000000000000000ull}, 0, 0)), 64), "tensor 't': dimension 0");
-    expect_format_error(with_data(header(1, 0, tensor_info("t", {4}, 17, 0)), 64), "tensor 't': unknown ggml type 17");
+    expect_format_error(with_data(header(1, 0, tensor_info("t", {4}, 99, 0)), 64), "tensor 't': unknown ggml type 99");
     expect_format_error(with_data(header(1, 0, tensor_info("t", {31, 2}, 8, 0)), 256), "tensor 't': row length 31 is not a multiple of the Q8_0 block size 32");
     expect_format_error(with_data(header(1, 0, tensor_info("t", {1ull << 60}, 12, 0)), 64), "tensor 't'");
     expect_format_error(with_data(header(1, 0, tensor_info("t", {4}, 0, 8)), 64), "tensor 't': offset 8 is not a multiple of the alignment 32");
@@ -412,10 +412,11 @@ TEST_CASE("gguf: malformed tensor infos and data are FormatErrors naming the ten
         expect_format_error(header(1, 0, rest + std::string(24, '\0')), "tensor info 0 name");
     }
     // types the reader knows but the library cannot dequantize are reported by name on use
-    const GgufFile f(write_bytes("q5k.gguf", with_data(header(1, 0, tensor_info("t", {256}, 13, 0)), 176)));
+    const GgufFile f(write_bytes("iq2.gguf", with_data(header(1, 0, tensor_info("t", {256}, 16, 0)), 66)));
     const GgufTensorInfo& t = f.tensor("t");
     std::vector<float> out(256);
-    CHECK_THROWS_MATCHES(ggml::dequantize_row(t.type, f.data(t), 256, out.data(), "t"), ShapeError, test::Has("Q5_K is not supported"));
+    CHECK_THROWS_MATCHES(ggml::dequantize_row(t.type, f.data(t), 256, out.data(), "t"), ShapeError,
+                         test::Has("t: ggml type IQ2_XXS is not supported (the library runs F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)"));
 }
 
 TEST_CASE("gguf: every truncation of a valid file is rejected cleanly", "[io][gguf]") {

@@ -148,8 +148,9 @@ void check_logits_match_dequantized_checkpoint(const std::string& name) {
     const test::ReferenceModel reference(ref_dir);
     const test::Matrix expected = reference.forward(ids);
     const double ref_err = test::relative_error(a.values.data(), expected.v.data(), expected.v.size());
-    // float path: Q8 / Q4 matrices through the int8 kernels (activations quantized per block);
-    // our own format of the same values (re-encoded from the dequantized checkpoint) for scale
+    // float path: Q8 / Q4 matrices and the other block types through the int8 kernels
+    // (activations quantized per block of 32); our own format of the same values (re-encoded
+    // from the dequantized checkpoint: int4 for Q4_0, int8 for the others) for scale
     const Model<float> f32 = Model<float>::load(test::gguf_fixture(name), ModelOptions{2});
     const auto f32_error = [&](const Model<float>& m) {
         const Logits<float> fl = m.logits(ids);
@@ -158,7 +159,8 @@ void check_logits_match_dequantized_checkpoint(const std::string& name) {
     };
     const double f32_err = f32_error(f32);
     const WeightFormat own = name.find("q4_0") != std::string::npos ? WeightFormat::Int4
-                             : name.find("q8_0") != std::string::npos ? WeightFormat::Int8 : WeightFormat::AsStored;
+                             : name.find("f32") != std::string::npos  ? WeightFormat::AsStored
+                                                                      : WeightFormat::Int8;
     const double own_err = f32_error(Model<float>::load(ref_dir, ModelOptions{2}, LoadOptions{.format = own}));
     std::cout << "gguf " << name << ": f64 logits max |gguf - dequantized checkpoint| " << diff << ", vs plain-loop reference (rel.) "
               << ref_err << "; f32 path rel. error " << f32_err << " (our " << weight_format_name(own) << " of the same values: " << own_err << ")\n";
@@ -173,7 +175,7 @@ TEST_CASE("gguf: f64 logits equal the dequantized checkpoint's (Q8_0, Q4_0, mixe
     for (const auto& name : test::repo_gguf_fixtures()) check_logits_match_dequantized_checkpoint(name);
 }
 
-TEST_CASE("gguf: f64 logits equal the dequantized checkpoint's (F32, Q4_K, Q6_K)", "[model][gguf]") {
+TEST_CASE("gguf: f64 logits equal the dequantized checkpoint's (F32, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K … Q6_K, IQ4_XS, mixes)", "[model][gguf]") {
     for (const auto& name : test::shared_gguf_fixtures()) {
         if (!have(name)) GEMMA4_SKIP(test::gguf_fixture(name).string() << " not found (shared data)");
         check_logits_match_dequantized_checkpoint(name);
@@ -202,28 +204,38 @@ TEST_CASE("gguf: each ggml type gets its in-memory format", "[model][gguf]") {
         const Checkpoint ck = load_checkpoint_as(test::repo_gguf_dir() / "tiny-gemma4-q4_0.gguf", {.format = WeightFormat::Int8});
         CHECK(ck.weights.layers[0].q_proj.dtype == DType::Q8);
     }
-    SECTION("Q4_K and Q6_K: exact F32 as stored, or straight into the requested format") {
-        if (!have("tiny-gemma4-q4_k_m")) GEMMA4_SKIP("K-quant fixtures not found (shared data)");
-        for (const std::string name : {"tiny-gemma4-q4_k_m", "tiny-gemma4-q6_k"}) {
+    SECTION("the other block types: as stored, from the mapping; or straight into the requested format") {
+        if (!have("tiny-gemma4-q4_k_m-mixed")) GEMMA4_SKIP("K-quant fixtures not found (shared data)");
+        for (const std::string name : {"tiny-gemma4-q4_k_m-mixed", "tiny-gemma4-q6_k"}) {
             INFO(name);
             const auto path = test::gguf_fixture(name);
             const auto t0 = std::chrono::steady_clock::now();
-            const Checkpoint exact = load_checkpoint(path);
+            const Checkpoint stored = load_checkpoint(path);
             const auto t1 = std::chrono::steady_clock::now();
             const Checkpoint int8 = load_checkpoint_as(path, {.format = WeightFormat::Int8});
             const auto t2 = std::chrono::steady_clock::now();
             const Checkpoint bf16 = load_checkpoint_as(path, {.format = WeightFormat::BF16});
-            CHECK(exact.weights.layers[0].q_proj.dtype == DType::F32);
+            const WeightView& q = stored.weights.layers[0].q_proj;
+            CHECK(q.dtype == DType::Ggml);
+            CHECK(q.ggml == (name == "tiny-gemma4-q6_k" ? GgmlType::Q6_K : GgmlType::Q4_K));
+            CHECK(stored.weights.embed_tokens.ggml == GgmlType::Q6_K);
+            CHECK(q.layout == WeightView::Layout::Rows);
+            {  // in place: the view points into the mapped file, its bytes the tensor's
+                const GgufFile f(path);
+                const GgufTensorInfo& t = f.tensor("blk.0.attn_q.weight");
+                CHECK(q.size_bytes == t.size_bytes);
+                CHECK(std::memcmp(q.data, f.data(t), q.size_bytes) == 0);
+            }
             CHECK(int8.weights.layers[0].q_proj.dtype == DType::Q8);
             CHECK(bf16.weights.layers[0].q_proj.dtype == DType::BF16);
             const auto ids = fixture_ids();
             const Logits<double> e = Model<double>(load_checkpoint(path), ModelOptions{2}).logits(ids);
-            const Logits<double> q = Model<double>(load_checkpoint_as(path, {.format = WeightFormat::Int8}), ModelOptions{2}).logits(ids);
+            const Logits<double> i8 = Model<double>(load_checkpoint_as(path, {.format = WeightFormat::Int8}), ModelOptions{2}).logits(ids);
             const Logits<double> h = Model<double>(load_checkpoint_as(path, {.format = WeightFormat::BF16}), ModelOptions{2}).logits(ids);
-            const double err_int8 = test::relative_error(q.values.data(), e.values.data(), e.values.size());
+            const double err_int8 = test::relative_error(i8.values.data(), e.values.data(), e.values.size());
             const double err_bf16 = test::relative_error(h.values.data(), e.values.data(), e.values.size());
-            std::cout << "gguf " << name << ": load exact F32 " << std::chrono::duration<double, std::milli>(t1 - t0).count()
-                      << " ms, int8 " << std::chrono::duration<double, std::milli>(t2 - t1).count()
+            std::cout << "gguf " << name << ": load as stored " << std::chrono::duration<double, std::milli>(t1 - t0).count()
+                      << " ms, into int8 " << std::chrono::duration<double, std::milli>(t2 - t1).count()
                       << " ms; f64 logits rel. error int8 " << err_int8 << ", bf16 " << err_bf16 << "\n";
             CHECK(err_int8 < 0.1);
             CHECK(err_bf16 < 0.05);

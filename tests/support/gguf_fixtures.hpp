@@ -2,9 +2,12 @@
 // shared reference data (GEMMA4_SHARED_DIR/gguf, may be absent: tests skip).
 #pragma once
 
+#include <gemma4/io/config_json.hpp>
 #include <gemma4/io/gguf.hpp>
+#include <gemma4/io/gguf_writer.hpp>
 #include <gemma4/io/safetensors.hpp>
 #include <gemma4/model/gguf_checkpoint.hpp>
+#include <gemma4/model/gguf_mmproj.hpp>
 
 #include <filesystem>
 #include <map>
@@ -30,13 +33,23 @@ inline const std::vector<std::string>& repo_gguf_fixtures() {
 }
 /// Those only in the shared data.
 inline const std::vector<std::string>& shared_gguf_fixtures() {
-    static const std::vector<std::string> names{"tiny-gemma4-f32", "tiny-gemma4-k256-f32", "tiny-gemma4-q4_k_m", "tiny-gemma4-q6_k"};
+    static const std::vector<std::string> names{
+        "tiny-gemma4-f32",  "tiny-gemma4-q4_1", "tiny-gemma4-q5_0",   "tiny-gemma4-q5_1",   "tiny-gemma4-iq4_nl",       "tiny-gemma4-k256-f32",
+        "tiny-gemma4-q4_k_m", "tiny-gemma4-q6_k", "tiny-gemma4-q2_k", "tiny-gemma4-q3_k", "tiny-gemma4-q5_k", "tiny-gemma4-iq4_xs",
+        "tiny-gemma4-q4_k_m-mixed", "tiny-gemma4-q5_k_m-mixed"};
     return names;
+}
+
+/// Whether a fixture comes from the k256 checkpoint (rows of 256: the super-block types).
+inline bool is_k256_fixture(const std::string& name) {
+    for (const char* t : {"k256", "_k", "iq4_xs"})
+        if (name.find(t) != std::string::npos) return true;
+    return false;
 }
 
 /// The HF checkpoint directory a fixture comes from (config.json is all the tests need of it).
 inline std::filesystem::path gguf_source_checkpoint(const std::string& name) {
-    if (name.find("k256") != std::string::npos || name.find("_k") != std::string::npos) return shared_gguf_dir() / "tiny-gemma4-k256";
+    if (is_k256_fixture(name)) return shared_gguf_dir() / "tiny-gemma4-k256";
     return repo_gguf_dir() / "tiny-gemma4";
 }
 
@@ -79,6 +92,40 @@ inline std::string hf_name_of(const std::string& gguf_name, const std::vector<st
     for (const auto& n : hf_names)
         if (detail::gguf_tensor_name(n) == gguf_name) return n;
     return "";
+}
+
+/// The multimodal checkpoint the mmproj fixtures come from (its config.json is carried; its
+/// weights are in the shared data).
+inline std::filesystem::path mm_checkpoint_dir() { return repo_gguf_dir() / "tiny-gemma4-mm"; }
+
+/// The mmproj fixture of `type` (f32, f16, q8_0) and its .dequant.safetensors.
+inline std::filesystem::path mmproj_fixture(const std::string& type) { return repo_gguf_dir() / ("tiny-gemma4-mm-mmproj-" + type + ".gguf"); }
+inline std::filesystem::path mmproj_dequantized(const std::string& type) {
+    return repo_gguf_dir() / ("tiny-gemma4-mm-mmproj-" + type + ".dequant.safetensors");
+}
+
+/// A copy of the text GGUF `source` whose vocabulary holds Gemma 4's multimodal tokens at the ids
+/// tiny-gemma4-mm's config.json gives them (the tiny tokenizer has none: there they are byte
+/// pieces), as control tokens, as in the 12B's vocabulary.
+inline std::filesystem::path multimodal_text_gguf(const std::filesystem::path& source, const std::filesystem::path& out) {
+    const GgufFile f(source);
+    const TokenIds ids = load_config(mm_checkpoint_dir() / "config.json").tokens;
+    std::vector<std::string> tokens(f.get_array("tokenizer.ggml.tokens").strings().begin(), f.get_array("tokenizer.ggml.tokens").strings().end());
+    std::vector<std::int32_t> types;
+    const GgufValue& tt = f.get_array("tokenizer.ggml.token_type");
+    for (std::size_t i = 0; i < tt.size(); ++i) types.push_back(static_cast<std::int32_t>(*tt.at(i).as_int()));
+    for (const auto& token : detail::kMultimodalTokens) {
+        const auto id = static_cast<std::size_t>(ids.*token.field);
+        tokens.at(id) = token.piece;
+        types.at(id) = 3;  // CONTROL
+    }
+    auto kvs = gguf_kvs_of(f);
+    for (auto& kv : kvs) {
+        if (kv.key == "tokenizer.ggml.tokens") kv = gguf_string_array(kv.key, tokens);
+        if (kv.key == "tokenizer.ggml.token_type") kv = gguf_int32_array(kv.key, types);
+    }
+    write_gguf(out, kvs, gguf_tensors_of(f));
+    return out;
 }
 
 }  // namespace gemma4::test

@@ -358,6 +358,7 @@ int run(cli::Args& args) {
     const auto config_opt = args.get("config");
     const std::string config_name = config_opt.value_or("gemma-4-12b");
     const auto model_path = args.get("model");
+    const std::filesystem::path mmproj = args.mmproj();
     const std::string weights = args.require("weights");
     const bool random = args.flag("random-weights");
     const auto P = args.number<std::int64_t>("prompt-tokens", 128);
@@ -392,6 +393,7 @@ int run(cli::Args& args) {
     }
     if (random == model_path.has_value())
         throw InvalidArgument("bench: give either --random-weights (the config's shapes) or --model PATH (a checkpoint directory or GGUF file)");
+    if (!mmproj.empty() && !model_path) throw InvalidArgument("bench: --mmproj goes with --model FILE.gguf");
     if (model_path && (config_opt || layers_opt || draft == "assistant"))
         throw InvalidArgument("bench: --model PATH measures that checkpoint as it is: no --config, --layers or --draft assistant");
     if (config_name != "gemma-4-12b" && config_name != "tiny")
@@ -454,7 +456,8 @@ int run(cli::Args& args) {
     scratch.keep = keep_gguf;
     const auto load_t0 = Clock::now();
     const Model<float> measured = [&] {
-        if (model_path) return Model<float>::load(*model_path, ModelOptions{threads}, LoadOptions{.format = *format, .block = quant_block});
+        if (model_path)
+            return Model<float>::load(*model_path, ModelOptions{threads}, LoadOptions{.format = *format, .block = quant_block, .mmproj = mmproj});
         if (gguf_type.empty()) return Model<float>(std::move(ck), ModelOptions{threads});
         gguf.type = gguf_type;
         gguf.path = std::filesystem::path(gguf_dir.value_or(std::filesystem::temp_directory_path().string())) /
@@ -746,7 +749,7 @@ const cli::Command reg{"bench", "prefill/decode speed with random weights at the
                            {"image-tokens", "N[,N...]", "time the vision embedder on images of N soft tokens, its dense products by the kernels and by Eigen (with --random-weights --weights bf16)"},
                            {"repeat", "N", "with --image-tokens: runs of each, the best kept (default: 3)"},
                            {"json", "", "print one JSON object on stdout"},
-                       } + grammar_bench_options() + cli::quant_block_option() + cli::threads_option(),
+                       } + grammar_bench_options() + cli::mmproj_option() + cli::quant_block_option() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_bench

@@ -19,7 +19,7 @@ int run(cli::Args& args) {
     const auto threads = args.number<unsigned>("threads", 0);
     const cli::SpeculativeArgs draft_args = cli::read_speculative_args(args);
     const std::optional<std::string> grammar = cli::read_constraint_grammar(args);
-    const Model<float> model = Model<float>::load(dir, ModelOptions{threads});
+    const Model<float> model = Model<float>::load(dir, ModelOptions{threads}, LoadOptions{.mmproj = args.mmproj()});
     GenerateOptions options = cli::read_generate_options(args, dir, model.config());
     // --image / --audio are taken in order by the <|image|> / <|audio|> placeholders of the turns.
     const cli::Media<float> media = cli::read_media_files<float>(args, model.config());
@@ -77,7 +77,7 @@ const cli::Command reg{"chat", "interactive chat, replies streamed (the KV cache
                            {"system", "TEXT", "system prompt"},
                            {"think", "", "let the model think before it answers"},
                            {"session", "FILE", "resume the conversation saved in FILE if it exists; save it there after each reply"},
-                       } + cli::generation_options() + cli::constraint_options() + cli::speculative_options() + cli::media_file_options() + cli::threads_option(),
+                       } + cli::generation_options() + cli::constraint_options() + cli::speculative_options() + cli::media_file_options() + cli::mmproj_option() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_chat

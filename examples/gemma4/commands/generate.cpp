@@ -16,7 +16,7 @@ int generate(cli::Args& args, const std::filesystem::path& dir, std::optional<st
              bool print_ids, unsigned threads) {
     const cli::SpeculativeArgs draft_args = cli::read_speculative_args(args);
     const std::optional<std::string> grammar = cli::read_constraint_grammar(args);
-    const Model<T> model = Model<T>::load(dir, ModelOptions{threads});
+    const Model<T> model = Model<T>::load(dir, ModelOptions{threads}, LoadOptions{.mmproj = args.mmproj()});
     GenerateOptions options = cli::read_generate_options(args, dir, model.config());
     const cli::Media<T> media = cli::read_media_files<T>(args, model.config());
     args.finish();
@@ -81,7 +81,7 @@ const cli::Command reg{"generate", "generate text from --prompt (or ids from --p
                            {"prompt-ids", "IDS", "prompt as comma-separated token ids, instead of --prompt"},
                            {"print-ids", "", "print the generated ids as a JSON array instead of text"},
                            {"precision", "f32|f64", "arithmetic type (default: f32)"},
-                       } + cli::generation_options() + cli::constraint_options() + cli::speculative_options() + cli::media_file_options() + cli::threads_option(),
+                       } + cli::generation_options() + cli::constraint_options() + cli::speculative_options() + cli::media_file_options() + cli::mmproj_option() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_generate

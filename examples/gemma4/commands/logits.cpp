@@ -29,7 +29,7 @@ template <class T>
 int run_precision(cli::Args& args, const std::vector<std::vector<std::int32_t>>& seqs, std::int64_t chunk,
                   const std::optional<std::string>& out, const std::optional<std::string>& out_dir,
                   const std::optional<std::string>& dump, unsigned threads, const std::string& model_dir, WeightFormat format) {
-    const Model<T> model = Model<T>::load(model_dir, ModelOptions{threads}, LoadOptions{.format = format});
+    const Model<T> model = Model<T>::load(model_dir, ModelOptions{threads}, LoadOptions{.format = format, .mmproj = args.mmproj()});
     const cli::Media<T> media = cli::read_media_arrays<T>(args, model.config());
     args.finish();
     if (!media.empty() && seqs.size() > 1) throw InvalidArgument("logits: images and audio go with a single --tokens");
@@ -126,7 +126,7 @@ const cli::Command reg{"logits", "final logits at every position as .npy (--dump
                            {"weights", "FORMAT", "as-stored (default), bf16, int8 or int4: re-encode the weights at load"},
                            {"chunk", "N", "feed each sequence N ids per step (default: all at once)"},
                            {"dump-taps", "DIR", "also write every node's activations as DIR/<node>.npy"},
-                       } + cli::media_array_options() + cli::threads_option(),
+                       } + cli::media_array_options() + cli::mmproj_option() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_logits

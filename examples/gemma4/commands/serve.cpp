@@ -3,6 +3,8 @@
 // so concurrent clients share forward steps. See docs/server.md.
 #include "../cli.hpp"
 #include "../generation_args.hpp"
+#include "../server/anthropic_encode.hpp"
+#include "../server/anthropic_request.hpp"
 #include "../server/api_error.hpp"
 #include "../server/auth.hpp"
 #include "../server/chat_request.hpp"
@@ -12,6 +14,7 @@
 #include "../server/openai_encode.hpp"
 #include "../server/reply_parser.hpp"
 #include "../server/response_format.hpp"
+#include "../server/responses_api.hpp"
 #include "../server/tool_grammar.hpp"
 #include "../server/token_logprobs.hpp"
 
@@ -78,10 +81,11 @@ public:
     void install(httplib::Server& http) {
         http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
             if (config_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-            if (server::bearer_matches(req.get_header_value("Authorization"), config_.api_key))
+            if (server::request_key_matches(req.get_header_value("Authorization"), req.get_header_value("x-api-key"), config_.api_key))
                 return httplib::Server::HandlerResponse::Unhandled;
             res.set_header("WWW-Authenticate", "Bearer");
-            send_error(res, ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", "authentication_error", "", "invalid_api_key"));
+            send_error(res, ApiError(401, "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)", "authentication_error", "", "invalid_api_key"),
+                       server::error_shape_for_path(req.path));
             return httplib::Server::HandlerResponse::Handled;
         });
         // Statuses that no handler wrote a body for (unknown route, body too large, ...).
@@ -90,15 +94,18 @@ public:
             std::string message = res.status == 404   ? "no route for " + req.method + " " + req.path
                                   : res.status == 413 ? "request body too large"
                                                       : "HTTP " + std::to_string(res.status);
-            res.set_content(server::error_body(message, server::error_type_for_status(res.status)).dump(), "application/json");
+            const json body = server::error_shape_for_path(req.path) == server::ErrorShape::Anthropic
+                                  ? server::anthropic_error_body(res.status, message)
+                                  : server::error_body(message, server::error_type_for_status(res.status));
+            res.set_content(body.dump(), "application/json");
         });
-        http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
             try {
                 std::rethrow_exception(ep);
             } catch (const std::exception& e) {
-                send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
+                send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"), server::error_shape_for_path(req.path));
             } catch (...) {
-                send_error(res, ApiError(500, "internal error", "server_error"));
+                send_error(res, ApiError(500, "internal error", "server_error"), server::error_shape_for_path(req.path));
             }
         });
         http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
@@ -131,6 +138,14 @@ public:
         http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] { detokenize(req, res); }); });
         http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] { chat(req, res); }); });
         http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] { complete(req, res); }); });
+        http.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] { responses(req, res); }); });
+        const auto anthropic = server::ErrorShape::Anthropic;
+        http.Post("/v1/messages", [this, anthropic](const httplib::Request& req, httplib::Response& res) {
+            guarded(res, [&] { anthropic_messages(req, res); }, anthropic);
+        });
+        http.Post("/v1/messages/count_tokens", [this, anthropic](const httplib::Request& req, httplib::Response& res) {
+            guarded(res, [&] { anthropic_count_tokens(req, res); }, anthropic);
+        });
     }
 
     void stop_accepting() { stopping_ = true; }
@@ -177,30 +192,31 @@ private:
         return stream;
     }
 
-    static void send_error(httplib::Response& res, const ApiError& e) {
+    static void send_error(httplib::Response& res, const ApiError& e, server::ErrorShape shape = server::ErrorShape::OpenAI) {
         res.status = e.status;
-        res.set_content(server::error_body(e).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+        res.set_content(server::error_body(e, shape).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     }
 
-    /// Runs a handler, turning every failure into an OpenAI error response.
+    /// Runs a handler, turning every failure into an error response of the route's API.
     template <class Fn>
-    void guarded(httplib::Response& res, Fn&& fn) {
+    void guarded(httplib::Response& res, Fn&& fn, server::ErrorShape shape = server::ErrorShape::OpenAI) {
+        const auto send = [&](const ApiError& e) { send_error(res, e, shape); };
         try {
             fn();
         } catch (const ApiError& e) {
-            send_error(res, e);
+            send(e);
         } catch (const QueueFullError& e) {
-            if (stopping_) return send_error(res, ApiError(503, "server is shutting down", "server_unavailable_error"));
+            if (stopping_) return send(ApiError(503, "server is shutting down", "server_unavailable_error"));
             res.set_header("Retry-After", "1");
-            send_error(res, ApiError(429, std::string("server busy: ") + e.what(), "rate_limit_error", "", "queue_full"));
+            send(ApiError(429, std::string("server busy: ") + e.what(), "rate_limit_error", "", "queue_full"));
         } catch (const ContextLengthError& e) {
-            send_error(res, ApiError(400, e.what(), "invalid_request_error", "messages", "context_length_exceeded"));
+            send(ApiError(400, e.what(), "invalid_request_error", "messages", "context_length_exceeded"));
         } catch (const InvalidArgument& e) {
-            send_error(res, ApiError(400, e.what()));
+            send(ApiError(400, e.what()));
         } catch (const TokenizerError& e) {
-            send_error(res, ApiError(400, e.what()));
+            send(ApiError(400, e.what()));
         } catch (const Error& e) {
-            send_error(res, ApiError(stopping_ ? 503 : 500, e.what(), stopping_ ? "server_unavailable_error" : "server_error"));
+            send(ApiError(stopping_ ? 503 : 500, e.what(), stopping_ ? "server_unavailable_error" : "server_error"));
         }
     }
 
@@ -357,6 +373,25 @@ private:
         return std::move(*r);
     }
 
+    /// A chat request (of any of the three APIs) in the engine: its stream, and its prompt's length.
+    struct Submitted {
+        std::shared_ptr<Stream> stream;
+        std::int64_t prompt_tokens = 0;
+    };
+
+    /// Submits `cr` with `prompt` (its rendering) and its media; `grammar` constrains the reply.
+    Submitted submit_chat(const httplib::Request& req, const server::ChatRequest& cr, const std::string& prompt,
+                          const std::optional<server::OutputGrammar>& grammar) {
+        const auto media = server::decode_media<float>(cr.media, engine_.model().config(), config_.max_soft_tokens);
+        Prepared p = prepare(tokenizer_.encode(prompt, /*add_special=*/false), media, cr.sampling);
+        constrain(p.request.options, grammar, cr.thinking, cr.sampling.ignore_eos, server::reply_prefill(cr));
+        Submitted submitted{stream_for(req), static_cast<std::int64_t>(p.request.prompt.size())};
+        p.request.options.on_token = collector(submitted.stream);
+        p.request.options.on_logprob = logprob_collector(submitted.stream);
+        submitted.stream->handle = engine_.submit(std::move(p.request));
+        return submitted;
+    }
+
     void chat(const httplib::Request& req, httplib::Response& res) {
         const json body = parse_body(req);
         server::ChatRequest cr = server::parse_chat_request(body);
@@ -367,15 +402,9 @@ private:
             if (grammar) throw server::bad_field(grammar->param, "cannot be combined with a forced tool call or a strict tool");
             grammar = std::move(calls);
         }
-        const auto media = server::decode_media<float>(cr.media, engine_.model().config(), config_.max_soft_tokens);
-        Prepared p = prepare(tokenizer_.encode(server::render_prompt(cr), /*add_special=*/false), media, cr.sampling);
-        constrain(p.request.options, grammar, cr.thinking, cr.sampling.ignore_eos, server::reply_prefill(cr));
-        auto stream = stream_for(req);
-        p.request.options.on_token = collector(stream);
-        p.request.options.on_logprob = logprob_collector(stream);
         const std::string id = server::make_id("chatcmpl-");
         const std::int64_t created = server::unix_seconds();
-        stream->handle = engine_.submit(std::move(p.request));
+        const auto stream = submit_chat(req, cr, server::render_prompt(cr), grammar).stream;
         if (cr.sampling.stream) return stream_chat(res, stream, cr, id, created);
         const EngineResult r = finished_unless_gone(*stream);
         std::lock_guard lock(stream->mutex);  // every on_token and on_logprob ran before the request finished
@@ -472,6 +501,84 @@ private:
                         "application/json");
     }
 
+    void anthropic_messages(const httplib::Request& req, httplib::Response& res) {
+        const server::AnthropicRequest a = server::parse_anthropic_request(parse_body(req));
+        check_model(a.chat.sampling.model);
+        const auto grammar = server::anthropic_tool_grammar(a, nlohmann::ordered_json::parse(req.body));
+        const Submitted submitted = submit_chat(req, a.chat, server::render_prompt(a), grammar);
+        auto message = std::make_shared<server::AnthropicMessage>(server::make_id("msg_"), model_id_, submitted.prompt_tokens);
+        reply_in_blocks(res, submitted, a.chat, message, [](const server::AnthropicMessage& m) { return m.message(); });
+    }
+
+    /// The prompt's length as /v1/messages would count it (media expanded), nothing generated.
+    void anthropic_count_tokens(const httplib::Request& req, httplib::Response& res) {
+        const server::AnthropicRequest a = server::parse_anthropic_request(parse_body(req), server::MessagesEndpoint::CountTokens);
+        check_model(a.chat.sampling.model);
+        server::anthropic_tool_grammar(a, nlohmann::ordered_json::parse(req.body));  // the 400s /v1/messages would give
+        const auto media = server::decode_media<float>(a.chat.media, engine_.model().config(), config_.max_soft_tokens);
+        const auto ids = expand_placeholders(tokenizer_.encode(server::render_prompt(a), /*add_special=*/false), engine_.model().config().tokens,
+                                             media.image_tokens, media.audio_tokens);
+        res.set_content(json{{"input_tokens", ids.size()}}.dump(), "application/json");
+    }
+
+    void responses(const httplib::Request& req, httplib::Response& res) {
+        const server::ResponsesRequest q = server::parse_responses_request(parse_body(req));
+        check_model(q.chat.sampling.model);
+        const auto grammar = server::responses_output_grammar(q, nlohmann::ordered_json::parse(req.body));
+        const Submitted submitted = submit_chat(req, q.chat, server::render_prompt(q.chat), grammar);
+        auto reply = std::make_shared<server::ResponsesReply>(server::make_id("resp_"), model_id_, server::unix_seconds(), q.echo);
+        reply_in_blocks(res, submitted, q.chat, reply, [](const server::ResponsesReply& r) { return r.response(); });
+    }
+
+    /// How a reply of `cr` ended, for the block encoders: a stop string's match is found again in
+    /// the decoded ids (the reply's text leaves it out).
+    server::ReplyEnd reply_end(const EngineResult& r, const std::vector<std::string>& stops, bool tool_call) const {
+        server::ReplyEnd end{.finish = r.finish, .tool_call = tool_call};
+        if (r.finish == FinishReason::StopString) end.stop_sequence = server::matched_stop(tokenizer_.decode(r.ids), stops);
+        const server::Usage usage = usage_of(r);
+        end.prompt_tokens = usage.prompt_tokens;
+        end.output_tokens = usage.completion_tokens;
+        end.cached_tokens = usage.cached_tokens;
+        return end;
+    }
+
+    /// A reply in blocks (Anthropic's messages, the Responses API): `encoder`'s events streamed,
+    /// or, not streamed, `body_of(encoder)` once it has seen the whole reply, so both come from
+    /// the same steps.
+    template <class Encoder, class Body>
+    void reply_in_blocks(httplib::Response& res, const Submitted& submitted, const server::ChatRequest& cr, std::shared_ptr<Encoder> encoder,
+                         Body body_of) {
+        struct Writer {
+            server::ReplyParser parser;
+            std::vector<server::ReplyEvent> prefill_events;  ///< a forced call's opening
+            bool started = false;
+        };
+        auto writer = std::make_shared<Writer>();
+        writer->parser = server::reply_parser_for(cr, &writer->prefill_events);
+        auto step = [this, writer, encoder, stops = cr.sampling.stop](const std::string& piece, const EngineResult* done) {
+            std::string out;
+            if (!writer->started) {
+                writer->started = true;
+                out += encoder->start();
+                out += encoder->add(writer->prefill_events);
+            }
+            out += encoder->add(writer->parser.feed(piece));
+            if (done) {
+                out += encoder->add(writer->parser.finish());
+                out += encoder->finish(reply_end(*done, stops, writer->parser.saw_tool_call()));
+            }
+            return out;
+        };
+        if (cr.sampling.stream)
+            return stream_response(
+                res, submitted.stream, [step](std::string piece, std::vector<server::LogprobEntry>, const EngineResult* done) { return step(piece, done); },
+                StreamFraming{.done = "", .error = [encoder](const std::string& message) { return encoder->error(message); }});
+        const EngineResult r = finished_unless_gone(*submitted.stream);
+        std::lock_guard lock(submitted.stream->mutex);  // every on_token ran before the request finished
+        step(submitted.stream->text, &r);
+        res.set_content(body_of(*encoder).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    }
+
     /// A completion's Server-Sent Events: each text chunk carries, with logprobs asked for, the
     /// entries of the tokens that arrived since the last text chunk; what is left at the end
     /// rides on the finish_reason chunk.
@@ -496,18 +603,28 @@ private:
         });
     }
 
+    /// How a stream ends: OpenAI's chat and completions with `data: [DONE]`, a failure as an
+    /// OpenAI error; the block streams (Anthropic's, the Responses API's) with no marker and
+    /// their own error event.
+    struct StreamFraming {
+        std::string done = std::string(server::kSseDone);
+        std::function<std::string(const std::string&)> error = [](const std::string& message) {
+            return server::sse_event(server::error_body(message, "server_error"));
+        };
+    };
+
     /// An SSE response fed by `stream`. `encode(piece, logprobs, done)` turns new text, the
     /// entries of the tokens that produced it (and, once, the finished result) into events. A client that goes away cancels its request, which frees
     /// its KV pages.
     template <class Encode>
-    void stream_response(httplib::Response& res, std::shared_ptr<Stream> stream, Encode encode) {
+    void stream_response(httplib::Response& res, std::shared_ptr<Stream> stream, Encode encode, StreamFraming framing = {}) {
         res.set_header("Cache-Control", "no-cache");
         res.set_header("X-Accel-Buffering", "no");
         auto finished_flag = std::make_shared<bool>(false);
         ++open_streams_;
         res.set_chunked_content_provider(
             "text/event-stream",
-            [stream, encode, finished_flag](std::size_t, httplib::DataSink& sink) mutable {
+            [stream, encode, finished_flag, framing](std::size_t, httplib::DataSink& sink) mutable {
                 auto gone = [&] {
                     stream->client_gone = true;
                     stream->handle->cancel();
@@ -539,11 +656,11 @@ private:
                     } catch (const std::exception& e) {
                         message = e.what();
                     }
-                    out += server::sse_event(server::error_body(message, "server_error"));
+                    out += framing.error(message);
                 }
                 if (!out.empty() && !sink.write(out.data(), out.size())) return gone();
                 if (result) {
-                    if (!sink.write(server::kSseDone.data(), server::kSseDone.size())) return gone();
+                    if (!framing.done.empty() && !sink.write(framing.done.data(), framing.done.size())) return gone();
                     *finished_flag = true;
                     sink.done();
                 }
@@ -667,6 +784,7 @@ int run(cli::Args& args) {
     engine_options.kv_bytes = args.bytes("kv-budget", 0);
     const std::string weights = args.get("weights").value_or("as-stored");
     const std::int64_t quant_block = args.quant_block();
+    const std::filesystem::path mmproj = args.mmproj();
     const auto threads = args.number<unsigned>("threads", 0);
     const cli::SpeculativeArgs draft_args = cli::read_speculative_args(args);
     args.finish();
@@ -698,7 +816,7 @@ int run(cli::Args& args) {
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
 
-    const Model<float> model = Model<float>::load(dir, ModelOptions{threads}, LoadOptions{.format = *format, .block = quant_block});
+    const Model<float> model = Model<float>::load(dir, ModelOptions{threads}, LoadOptions{.format = *format, .block = quant_block, .mmproj = mmproj});
     const auto tokenizer = cli::load_tokenizer_if_present(dir);
     if (!tokenizer) throw IoError(cli::tokenizer_location(dir) + ": not found (the server needs the tokenizer)");
     const GenerationConfig generation = cli::checkpoint_generation_config(dir);
@@ -770,7 +888,7 @@ const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completion
                            {"served-model-name", "NAME", "the model's name in the API, instead of the checkpoint's folder name; the first is the one responses carry", cli::kRepeatable},
                            {"alias", "NAME", "a further name requests may use for the model (listed by /v1/models)", cli::kRepeatable},
                            {"accept-any-model", "", "answer completion requests whatever model they name (default: another name is a 404)"},
-                       } + cli::speculative_options() + cli::quant_block_option() + cli::threads_option(),
+                       } + cli::speculative_options() + cli::mmproj_option() + cli::quant_block_option() + cli::threads_option(),
                        run};
 
 }  // namespace cmd_serve

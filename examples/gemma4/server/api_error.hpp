@@ -1,5 +1,6 @@
-// Errors of the HTTP API in OpenAI's shape: {"error":{"message","type","param","code"}} with the
-// HTTP status that goes with them. Request parsing throws ApiError; the server turns it (and the
+// Errors of the HTTP API in OpenAI's shape, {"error":{"message","type","param","code"}}, or on
+// Anthropic's routes in Anthropic's, {"type":"error","error":{"type","message"}}, with the HTTP
+// status that goes with them. Request parsing throws ApiError; the server turns it (and the
 // library's own errors) into a response and keeps serving.
 #pragma once
 
@@ -7,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace gemma4::server {
 
@@ -46,6 +48,35 @@ inline std::string error_type_for_status(int status) {
         case 503: return "server_unavailable_error";
         default: return status >= 500 ? "server_error" : "invalid_request_error";
     }
+}
+
+/// The error type Anthropic's API gives a status (its `message` names the parameter at fault).
+inline std::string anthropic_error_type(int status) {
+    switch (status) {
+        case 400: return "invalid_request_error";
+        case 401: return "authentication_error";
+        case 403: return "permission_error";
+        case 404: return "not_found_error";
+        case 413: return "request_too_large";
+        case 429: return "rate_limit_error";
+        case 503: return "overloaded_error";
+        default: return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+inline nlohmann::json anthropic_error_body(int status, const std::string& message) {
+    return {{"type", "error"}, {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}};
+}
+
+/// Which API's error shape a response takes: Anthropic's on its routes, OpenAI's elsewhere.
+enum class ErrorShape { OpenAI, Anthropic };
+
+inline ErrorShape error_shape_for_path(std::string_view path) {
+    return path == "/v1/messages" || path.starts_with("/v1/messages/") ? ErrorShape::Anthropic : ErrorShape::OpenAI;
+}
+
+inline nlohmann::json error_body(const ApiError& e, ErrorShape shape) {
+    return shape == ErrorShape::Anthropic ? anthropic_error_body(e.status, e.what()) : error_body(e);
 }
 
 }  // namespace gemma4::server

@@ -31,6 +31,14 @@ inline bool bearer_matches(std::string_view header, std::string_view key) {
     return constant_time_equal(token, key);
 }
 
+/// Whether a request carries `key`: as a bearer token (OpenAI's clients) or as `x-api-key`
+/// (Anthropic's). Both are compared, each in constant time, whichever matches.
+inline bool request_key_matches(std::string_view authorization, std::string_view x_api_key, std::string_view key) {
+    const bool bearer = bearer_matches(authorization, key);
+    const bool header = constant_time_equal(x_api_key, key);
+    return bearer || header;
+}
+
 /// Whether `host` names only this machine: localhost, 127.0.0.0/8 or ::1.
 inline bool is_loopback_host(std::string_view host) {
     if (host == "localhost" || host == "::1" || host == "[::1]") return true;

@@ -228,12 +228,22 @@ inline SamplingFields parse_completion_sampling(const nlohmann::json& body) {
 
 namespace detail {
 
+/// A text part of a message as the template writes it: an assistant's without its thoughts,
+/// anyone else's trimmed.
+inline std::string message_text(const std::string& role, const std::string& text) {
+    return role == "assistant" ? strip_thoughts(text) : std::string(gemma4::detail::trim(text));
+}
+
+/// An image's media type, as a request names it (empty: unnamed, left to the decoder): PNG or JPEG.
+inline void check_image_type(const std::string& media_type, const std::string& param) {
+    if (!media_type.empty() && media_type != "image/png" && media_type != "image/jpeg" && media_type != "image/jpg")
+        throw bad_field(param, "unsupported image type '" + media_type + "' (PNG or JPEG)");
+}
+
 /// Content of one message: a string, or an array of parts (text, image_url, input_audio).
 inline std::string parse_content(const nlohmann::json& content, const std::string& param, const std::string& role,
                                  std::vector<MediaItem>& media) {
-    auto text_of = [&](const std::string& text) {
-        return role == "assistant" ? strip_thoughts(text) : std::string(gemma4::detail::trim(text));
-    };
+    auto text_of = [&](const std::string& text) { return message_text(role, text); };
     if (content.is_string()) return text_of(content.get<std::string>());
     if (!content.is_array()) throw bad_field(param, "expected a string or an array of content parts");
     std::string out;
@@ -257,8 +267,7 @@ inline std::string parse_content(const nlohmann::json& content, const std::strin
             else if (image->is_object() && field(*image, "url")) url = string_field((*image)["url"], p + ".image_url.url");
             else throw bad_field(p + ".image_url", "expected {\"url\": \"data:...\"}");
             DataUrl d = parse_data_url(url, p + ".image_url.url");
-            if (!d.media_type.empty() && d.media_type != "image/png" && d.media_type != "image/jpeg" && d.media_type != "image/jpg")
-                throw bad_field(p + ".image_url.url", "unsupported image type '" + d.media_type + "' (PNG or JPEG)");
+            check_image_type(d.media_type, p + ".image_url.url");
             media.push_back({MediaItem::Image, std::move(d.bytes), p + ".image_url"});
             out += "<|image|>";
         } else if (t == "input_audio") {

@@ -1,5 +1,6 @@
 // Responses in OpenAI's shapes: chat.completion / chat.completion.chunk, text_completion, and
-// the Server-Sent Events framing of a stream (`data: {json}\n\n` ... `data: [DONE]\n\n`).
+// the Server-Sent Events framing of a stream (`data: {json}\n\n` ... `data: [DONE]\n\n`, or
+// named events for the Anthropic and Responses streams).
 #pragma once
 
 #include "reply_parser.hpp"
@@ -21,6 +22,12 @@ std::string sse_event(const Json& payload) {
     return "data: " + payload.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
 }
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+/// An event named by its payload's `type`, `event: TYPE\ndata: {json}\n\n`: how Anthropic's
+/// Messages stream and the Responses API stream frame theirs (no [DONE] at the end).
+inline std::string sse_typed_event(const nlohmann::json& payload) {
+    return "event: " + payload.at("type").get<std::string>() + "\n" + sse_event(payload);
+}
 
 inline std::int64_t unix_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -49,10 +56,12 @@ struct Usage {
 
 /// A call's `arguments` are its JSON text as the model wrote it (what a stream sends in
 /// fragments); a call made up without that text is dumped.
+inline std::string arguments_text(const ParsedToolCall& call) {
+    return call.arguments_text.empty() ? call.arguments.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : call.arguments_text;
+}
+
 inline nlohmann::json tool_call_json(const ParsedToolCall& call, const std::string& id) {
-    const std::string arguments =
-        call.arguments_text.empty() ? call.arguments.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : call.arguments_text;
-    return {{"id", id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", arguments}}}};
+    return {{"id", id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", arguments_text(call)}}}};
 }
 
 /// The non-streaming chat response; `logprobs` is chat_logprobs' (server/token_logprobs.hpp) or null.

@@ -7,6 +7,7 @@
 #include <gemma4/kernels/cpu.hpp>
 #include <gemma4/kernels/dense.hpp>
 #include <gemma4/kernels/linear_bf16.hpp>
+#include <gemma4/kernels/linear_ggml.hpp>
 #include <gemma4/kernels/linear_quant.hpp>
 #include <gemma4/kernels/rows.hpp>
 #include <gemma4/kernels/simd.hpp>
@@ -58,6 +59,9 @@ inline void load_row(const WeightView& w, std::int64_t r, T* out) {
             for (std::int64_t i = 0; i < cols; ++i) out[i] = static_cast<T>(src[i]);
             return;
         }
+        case DType::Ggml:
+            ggml::dequantize_row(w.ggml, w.data + r * w.ggml_row_bytes(), cols, out, w.name);
+            return;
         case DType::Q8:
         case DType::Q4: {
             const FileRow row = file_row(w, r);
@@ -107,7 +111,7 @@ void linear_eigen(const WeightView& w, Rows<const T> x, Rows<T> y, std::int64_t 
 
 /// y[t, 0:N) = x[t, 0:K) · wᵀ for t < tokens. N = w.rows(), K = w.cols().
 /// In float, bf16 and Q8/Q4 weights take the tiled kernels (Q8/Q4 quantize x to int8 per block,
-/// see kernels/linear_quant.hpp), and other dtypes one dot product per (token, row). The double
+/// see kernels/linear_quant.hpp), GGUF block types theirs (kernels/linear_ggml.hpp), and other dtypes one dot product per (token, row). The double
 /// path converts weight rows to double exactly, a block of rows at a time, and multiplies with
 /// Eigen (kernels/dense.hpp), so it stays a reference.
 ///
@@ -120,6 +124,7 @@ void linear(const WeightView& w, Rows<const T> x, Rows<T> y, std::int64_t tokens
     if constexpr (std::is_same_v<T, float>) {
         if (w.dtype == DType::BF16) return detail::linear_bf16(w, x, y, tokens, pool);
         if (w.quantized()) return detail::linear_quant(w, x, y, tokens, pool);
+        if (w.dtype == DType::Ggml) return detail::linear_ggml(w, x, y, tokens, pool);
         pool.parallel_for(
             N,
             [&](std::int64_t n0, std::int64_t n1) {

@@ -76,6 +76,45 @@ inline void quantize_activations(Rows<const float> x, std::int64_t t0, std::int6
     quantize_activations(x, t0, t1, a, quantize_row_portable);
 }
 
+/// One token's activations as linear_ggml reads them (blocks of 32).
+struct GgmlTokenActs {
+    const std::int8_t* q;
+    const float* scale;
+    const std::int32_t* sum;   ///< Σ q over each block
+    const std::int32_t* half;  ///< Σ q over the first 16 of each block (the block types' sub-blocks of 16)
+};
+
+/// The activations of a linear_ggml call: QuantActs in blocks of 32, and the half-block sums.
+struct GgmlActs {
+    QuantActs acts;
+    std::vector<std::int32_t> half;  ///< [tokens, blocks]
+
+    GgmlTokenActs token(std::int64_t t) const {
+        return {acts.q_row(t), acts.scale_row(t), acts.sum_row(t), half.data() + t * acts.blocks};
+    }
+};
+
+inline void shape_ggml_acts(std::int64_t tokens, std::int64_t cols, GgmlActs& a) {
+    shape_activations(tokens, cols, 32, a.acts);
+    a.half.resize(static_cast<std::size_t>(tokens * a.acts.blocks));
+}
+
+/// Tokens [t0, t1) of x into `a` (shaped by shape_ggml_acts), a row at a time with `row` as
+/// quantize_activations.
+template <class RowFn>
+inline void quantize_ggml_acts(Rows<const float> x, std::int64_t t0, std::int64_t t1, GgmlActs& a, RowFn row) {
+    quantize_activations(x, t0, t1, a.acts, row);
+    for (std::int64_t t = t0; t < t1; ++t) {
+        const std::int8_t* q = a.acts.q_row(t);
+        std::int32_t* half = a.half.data() + t * a.acts.blocks;
+        for (std::int64_t b = 0; b < a.acts.blocks; ++b) {
+            std::int32_t s = 0;
+            for (int i = 0; i < 16; ++i) s += q[32 * b + i];
+            half[b] = s;
+        }
+    }
+}
+
 /// Tokens per group in the panel kernels' activation layout: a pass over a panel serves up to
 /// this many tokens.
 inline constexpr std::int64_t kGroupTokens = 16;

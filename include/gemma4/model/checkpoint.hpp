@@ -113,6 +113,9 @@ struct LoadOptions {
     /// `n_threads` made for the load. Model::load and Assistant::load pass the model's own, so
     /// that loading runs on the threads the model was given and starts no others.
     ThreadPool* pool = nullptr;
+    /// With a GGUF model file: llama.cpp's mmproj GGUF holding its image and audio embedders
+    /// (model/gguf_mmproj.hpp); empty for none.
+    std::filesystem::path mmproj{};
 };
 
 /// The block size a re-encoding in Q8/Q4 uses: `block`, or quant::kDefaultBlock for 0.
@@ -266,10 +269,19 @@ struct Checkpoint {
 /// Defined in model/gguf_checkpoint.hpp (included at the end of this header).
 inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const LoadOptions& options);
 
-/// Loads a checkpoint directory, or a GGUF file (model/gguf_checkpoint.hpp) when `dir` is a file.
+/// Defined in model/gguf_mmproj.hpp (included at the end of model/gguf_checkpoint.hpp, whose
+/// definitions it uses).
+inline void load_gguf_mmproj(Checkpoint& ck, const std::filesystem::path& mmproj, const LoadOptions& options = {});
+
+/// Loads a checkpoint directory, or a GGUF file (model/gguf_checkpoint.hpp) when `dir` is a file,
+/// with the embedders of `options.mmproj` when given (model/gguf_mmproj.hpp).
 inline Checkpoint load_checkpoint(const std::filesystem::path& dir, LoadOptions options = {}) {
     std::error_code ec;
-    if (std::filesystem::is_regular_file(dir, ec)) return load_gguf_checkpoint(dir, options);
+    if (std::filesystem::is_regular_file(dir, ec)) {
+        Checkpoint ck = load_gguf_checkpoint(dir, options);
+        if (!options.mmproj.empty()) load_gguf_mmproj(ck, options.mmproj, options);
+        return ck;
+    }
     if (!std::filesystem::is_directory(dir)) throw IoError(dir.string() + ": model directory not found");
     Checkpoint ck;
     ck.directory = dir;
@@ -279,10 +291,11 @@ inline Checkpoint load_checkpoint(const std::filesystem::path& dir, LoadOptions 
     const auto table = tensor_table(ck.config, ck.text_prefix, ck.weights);
     detail::bind_tensors(*store, table, options.multimodal, "the Gemma 4 unified layout described by config.json");
     ck.weights.storage = store;
+    if (!options.mmproj.empty()) load_gguf_mmproj(ck, options.mmproj, options);  // refused: a directory has its own
     return ck;
 }
 
 }  // namespace GEMMA4_ABI
 }  // namespace gemma4
 
-#include <gemma4/model/gguf_checkpoint.hpp>
+#include <gemma4/model/gguf_checkpoint.hpp>  // and through it model/gguf_mmproj.hpp

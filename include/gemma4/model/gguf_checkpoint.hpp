@@ -4,8 +4,10 @@
 //
 // Per ggml type: F32 / F16 / BF16 are used in place (zero-copy views of the mapping); Q8_0 and
 // Q4_0 matrices are repacked losslessly into our Q8 / Q4 rows (same codes, same f16 scales);
-// Q4_K and Q6_K (and any quantized vector) are dequantized exactly to F32, or, when the load
-// options ask for a weight format, converted row by row straight into it.
+// matrices of every other block type (Q4_K, Q6_K, Q5_K, IQ4_XS, Q4_1, …) are used in place too,
+// as stored (DType::Ggml), their scales checked once; a quantized vector is dequantized exactly
+// to F32. When the load options ask for a weight format, matrices are converted row by row
+// straight into it.
 #pragma once
 
 #include <gemma4/abi.hpp>
@@ -298,7 +300,8 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
                              shape_string(std::vector<std::int64_t>(spec.shape.rbegin(), spec.shape.rend())));
         const std::string where = file + ": tensor '" + name + "'";
         if (!ggml::can_dequantize(t->type))
-            throw ShapeError(where + ": ggml type " + std::string(ggml_type_name(t->type)) + " is not supported");
+            throw ShapeError(where + ": ggml type " + std::string(ggml_type_name(t->type)) + " is not supported (the library runs " +
+                             std::string(kSupportedGgmlTypes) + ")");
         WeightView v{name, DType::F32, spec.shape, nullptr, 0};
         const std::byte* src = f.data(*t);
         if (t->type == GgmlType::F32 || t->type == GgmlType::F16 || t->type == GgmlType::BF16) {
@@ -311,6 +314,26 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
         const bool matrix = spec.shape.size() == 2;
         const std::int64_t rows = matrix ? spec.shape[0] : 1, cols = matrix ? spec.shape[1] : spec.shape[0];
         const std::int64_t src_row = ggml::bytes_of(t->type, cols);
+        if (matrix && options.format == WeightFormat::AsStored && t->type != GgmlType::Q8_0 && t->type != GgmlType::Q4_0) {
+            // Every other block type runs as stored, from the mapping (kernels/linear_ggml.hpp).
+            const ggml::BlockDecoder dec = ggml::block_decoder(t->type);
+            std::atomic<std::int64_t> bad_row{-1};
+            pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+                ggml::IntBlockBuffer buffer;
+                const ggml::IntBlocks scratch = buffer.view(cols / 32);
+                for (std::int64_t r = r0; r < r1; ++r)
+                    if (!ggml::finite_scales(dec, src + r * src_row, cols, scratch)) bad_row = r;
+            }, 16);
+            if (bad_row >= 0) throw FormatError(where + ": row " + std::to_string(bad_row.load()) + " has a non-finite block scale");
+            v.dtype = DType::Ggml;
+            v.ggml = t->type;
+            v.data = src;
+            v.size_bytes = static_cast<std::size_t>(t->size_bytes);
+            v.layout = WeightView::Layout::Rows;
+            v.origin = DType::F32;  // ggml dequantizes in float32
+            *spec.field = std::move(v);
+            continue;
+        }
         // The quantized format this matrix gets: Q8_0 / Q4_0 keep theirs; others the requested one.
         std::optional<DType> q;
         if (matrix && t->type == GgmlType::Q8_0) q = DType::Q8;
@@ -390,3 +413,5 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
 
 }  // namespace GEMMA4_ABI
 }  // namespace gemma4
+
+#include <gemma4/model/gguf_mmproj.hpp>  // after the definitions above, which it uses

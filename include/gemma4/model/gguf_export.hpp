@@ -77,6 +77,7 @@ inline GgmlType gguf_type_of(const WeightView& v) {
         case DType::F32: return GgmlType::F32;
         case DType::F16: return GgmlType::F16;
         case DType::BF16: return GgmlType::BF16;
+        case DType::Ggml: return v.ggml;  // its blocks as stored
         default: throw InvalidArgument("gguf export: tensor '" + v.name + "' is " + std::string(dtype_name(v.dtype)) + ", which GGUF export does not write");
     }
 }

@@ -8,6 +8,7 @@
 
 #include <gemma4/config.hpp>
 #include <gemma4/error.hpp>
+#include <gemma4/kernels/linear.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/model/checkpoint.hpp>
 #include <gemma4/model/owned_buffers.hpp>
@@ -133,7 +134,7 @@ inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_
                 pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
                     std::vector<float> row(static_cast<std::size_t>(cols));
                     for (std::int64_t r = r0; r < r1; ++r) {
-                        for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = v.at<float>(r * cols + c);
+                        detail::load_row(v, r, row.data());
                         for (std::int64_t c = 0; c < cols; ++c) detail::set_bf16(data + 2 * (r * cols + c), row[static_cast<std::size_t>(c)]);
                     }
                 }, 64);
@@ -142,12 +143,7 @@ inline void quantize_matrices(const std::vector<WeightView*>& mats, std::shared_
                 detail::make_panels(out, *owned, pool, [&](std::int64_t r, std::byte* codes, std::uint16_t* scales) {
                     thread_local std::vector<float> row;
                     row.resize(static_cast<std::size_t>(cols));
-                    if (v.dtype == DType::BF16) {
-                        const auto* src = reinterpret_cast<const std::uint16_t*>(v.data) + r * cols;
-                        for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = bf16_to_float(src[c]);
-                    } else {
-                        for (std::int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = v.at<float>(r * cols + c);
-                    }
+                    detail::load_row(v, r, row.data());
                     quant::quantize_row(target, target_block, row.data(), cols, codes, scales);
                 });
             }

@@ -40,6 +40,9 @@ inline void save_tensors(const std::vector<TensorSpec>& table, const std::filesy
     for (const TensorSpec& spec : table) {
         const WeightView& v = *spec.field;
         if (!v) continue;
+        if (v.dtype == DType::Ggml)
+            throw InvalidArgument("save_tensors: '" + spec.name() + "' holds GGUF " + std::string(ggml_type_name(v.ggml)) +
+                                  " blocks, which a safetensors checkpoint cannot hold (load it in a weight format, or export GGUF)");
         if (v.quantized()) {
             if ((qtype && *qtype != v.dtype) || (qblock && qblock != v.block))
                 throw InvalidArgument("save_tensors: matrices of mixed quantized formats or block sizes ('" + spec.name() + "')");

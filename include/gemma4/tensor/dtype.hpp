@@ -16,8 +16,9 @@ inline namespace GEMMA4_ABI {
 
 /// How a tensor's elements are stored. BF16/F16/F32/F64 are the safetensors dtypes we read;
 /// the quantized formats are produced by the library (see docs/checkpoint-formats.md).
-/// I8/U8 are the byte tensors a quantized checkpoint stores its codes in.
-enum class DType : std::uint8_t { BF16, F16, F32, F64, I32, Q8, Q4, I8, U8 };
+/// I8/U8 are the byte tensors a quantized checkpoint stores its codes in. Ggml is a GGUF
+/// tensor's blocks as stored, of the block type its view names (tensor/weight_view.hpp).
+enum class DType : std::uint8_t { BF16, F16, F32, F64, I32, Q8, Q4, I8, U8, Ggml };
 
 constexpr std::string_view dtype_name(DType t) {
     switch (t) {
@@ -30,6 +31,7 @@ constexpr std::string_view dtype_name(DType t) {
         case DType::Q4: return "Q4";
         case DType::I8: return "I8";
         case DType::U8: return "U8";
+        case DType::Ggml: return "GGML";
     }
     return "?";
 }
@@ -57,7 +59,8 @@ constexpr std::size_t dtype_size(DType t) {
         case DType::I8:
         case DType::U8: return 1;
         case DType::Q8:
-        case DType::Q4: return 0;
+        case DType::Q4:
+        case DType::Ggml: return 0;
     }
     return 0;
 }

@@ -1,12 +1,11 @@
-// ggml's block formats (GGUF tensor data): exact dequantization of F32, F16, BF16, Q8_0, Q4_0,
-// Q4_K and Q6_K rows to float, and the lossless repacking of Q8_0 / Q4_0 rows into our Q8 / Q4
-// rows (tensor/quant.hpp). Layouts in docs/checkpoint-formats.md.
+// ggml's block formats (GGUF tensor data): every block type the library runs (Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1, Q2_K … Q6_K, IQ4_NL, IQ4_XS) decoded into one integer form (IntBlocks), from which
+// both the exact dequantization and the int8 kernels read; and the lossless repacking of Q8_0 /
+// Q4_0 rows into our Q8 / Q4 rows (tensor/quant.hpp). Layouts in docs/checkpoint-formats.md.
 //
-// Dequantized values are those of ggml's reference (`dequantize_row_*`, gguf-py's
-// `gguf.quants`): float32 arithmetic in the order Q4_0/Q8_0 d·q, Q4_K (d·sc)·q − (dmin·m),
-// Q6_K (d·sc)·q. Q4_K's multiply-subtract must not be fused into an FMA (that changes the last
-// bit): the product is rounded to float by an explicit conversion and the difference taken in
-// double, whose rounding to float is the correctly rounded float difference.
+// Dequantized values are bit for bit those of ggml's reference (`dequantize_row_*`, gguf-py's
+// `gguf.quants`): float32 arithmetic in the order (d·k)·c − (dmin·m), never fused into an FMA
+// (int_block_value).
 #pragma once
 
 #include <gemma4/abi.hpp>
@@ -16,17 +15,19 @@
 #include <gemma4/tensor/ggml_type.hpp>
 #include <gemma4/tensor/quant.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace gemma4 {
 inline namespace GEMMA4_ABI {
 namespace ggml {
 
-inline constexpr std::int64_t kQ4_0Bytes = 18, kQ8_0Bytes = 34, kQ4_KBytes = 144, kQ6_KBytes = 210;
+inline constexpr std::int64_t kQ4_0Bytes = 18, kQ8_0Bytes = 34;
 inline constexpr std::int64_t kBlock32 = 32, kSuperBlock = 256;
 
 inline std::uint16_t read_u16(const std::byte* p) {
@@ -34,21 +35,71 @@ inline std::uint16_t read_u16(const std::byte* p) {
 }
 inline unsigned byte_at(const std::byte* p, std::int64_t i) { return std::to_integer<unsigned>(p[i]); }
 
-inline void dequantize_q8_0(const std::byte* b, float* y) {
-    const float d = f16_to_float(read_u16(b));
-    for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(static_cast<std::int8_t>(byte_at(b, 2 + j)));
-}
+/// Consecutive 32-value blocks in integer form, which is how every type here reads. Value i of
+/// block b is
+///
+///     (d_b · k_{b,h}) · c_i − (dmin_b · m_{b,h}),   h = i / 16 (the block's two halves)
+///
+/// with each product and the difference rounded to float: ggml's dequantization, for every
+/// type (Q4_0: c = nibble − 8, k = 1; Q4_1: c = nibble, k = 1, dmin = −m, m = 1; Q4_K: k and m
+/// the 6-bit sub-block scale and min; Q6_K: k the int8 scale of each 16 values; IQ4: c from the
+/// non-linear table; …). The exact path (dequantize_row) and the int8 kernels
+/// (kernels/linear_ggml.hpp) both read the blocks through this one decoding: there the sum over a
+/// block is d·(k₀·Σc·x + k₁·Σc·x) − dmin·(m₀·Σx + m₁·Σx), exact in int32 but for the two floats.
+struct IntBlocks {
+    std::int8_t* codes;   ///< 32 per block
+    std::int16_t* scale;  ///< 2 per block: k of values 0–15 and of 16–31
+    std::int16_t* min;    ///< 2 per block
+    float* d;             ///< 1 per block
+    float* dmin;          ///< 1 per block
 
-inline void dequantize_q4_0(const std::byte* b, float* y) {
-    const float d = f16_to_float(read_u16(b));
-    for (int j = 0; j < 16; ++j) {
-        const unsigned q = byte_at(b, 2 + j);
-        y[j] = d * static_cast<float>(static_cast<int>(quant::low_nibble(q)) - 8);
-        y[j + 16] = d * static_cast<float>(static_cast<int>(quant::high_nibble(q)) - 8);
+    IntBlocks at(std::int64_t b) const { return {codes + 32 * b, scale + 2 * b, min + 2 * b, d + b, dmin + b}; }
+    void set(std::int64_t b, float db, int k0, int k1, float dminb, int m0, int m1) const {
+        d[b] = db;
+        dmin[b] = dminb;
+        scale[2 * b] = static_cast<std::int16_t>(k0);
+        scale[2 * b + 1] = static_cast<std::int16_t>(k1);
+        min[2 * b] = static_cast<std::int16_t>(m0);
+        min[2 * b + 1] = static_cast<std::int16_t>(m1);
     }
+};
+
+/// Storage for `blocks` 32-value blocks of IntBlocks, reused across calls (grows only).
+struct IntBlockBuffer {
+    std::vector<std::int8_t> codes;
+    std::vector<std::int16_t> scale, min;
+    std::vector<float> d, dmin;
+
+    IntBlocks view(std::int64_t blocks) {
+        const auto n = static_cast<std::size_t>(blocks);
+        if (d.size() < n) {
+            codes.resize(32 * n);
+            scale.resize(2 * n);
+            min.resize(2 * n);
+            d.resize(n);
+            dmin.resize(n);
+        }
+        return {codes.data(), scale.data(), min.data(), d.data(), dmin.data()};
+    }
+};
+
+/// Value i of block 0 of `q`, rounded as ggml rounds it. The products are taken in double, where
+/// they are exact (a float times an integer of at most 8 bits), and rounded to float once, as a
+/// float multiply rounds; the difference likewise (double rounding is harmless for p = 24,
+/// q = 53). Written so, no FMA can fuse them, whatever the flags.
+inline float int_block_value(const IntBlocks& q, int i) {
+    const int h = i / 16;
+    const auto a = static_cast<float>(static_cast<double>(*q.d) * q.scale[h]);
+    const auto product = static_cast<float>(static_cast<double>(a) * q.codes[i]);
+    if (q.min[h] == 0) return product;
+    const auto offset = static_cast<float>(static_cast<double>(*q.dmin) * q.min[h]);
+    return static_cast<float>(static_cast<double>(product) - static_cast<double>(offset));
 }
 
-/// Q4_K's 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
+/// IQ4_NL's and IQ4_XS's non-linear code table (kvalues_iq4nl).
+inline constexpr std::array<std::int8_t, 16> kIq4Values = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/// Q4_K's and Q5_K's 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
 inline void q4_k_scale_min(int j, const std::byte* s, unsigned& sc, unsigned& m) {
     if (j < 4) {
         sc = byte_at(s, j) & 63u;
@@ -59,61 +110,146 @@ inline void q4_k_scale_min(int j, const std::byte* s, unsigned& sc, unsigned& m)
     }
 }
 
-/// fl(fl(a·q) − b) with the product rounded before the subtraction (no FMA whatever the flags).
-inline float mul_sub_unfused(float a, unsigned q, float b) {
-    const auto product = static_cast<float>(static_cast<double>(a) * static_cast<double>(q));  // exact in double, then rounded
-    return static_cast<float>(static_cast<double>(product) - static_cast<double>(b));
+// One decoder per type: its block (32 values, or a super-block of 256 = 8 blocks) at `b` into
+// block 0 of `out` and on. Layouts in docs/checkpoint-formats.md.
+
+/// The 32 nibbles of a Q4_0-style 16-byte group (value j low, j + 16 high) through `code`.
+template <class Code>
+inline void nibbles32(const std::byte* qs, std::int8_t* c, Code code) {
+    for (int j = 0; j < 16; ++j) {
+        c[j] = static_cast<std::int8_t>(code(quant::low_nibble(byte_at(qs, j)), j));
+        c[j + 16] = static_cast<std::int8_t>(code(quant::high_nibble(byte_at(qs, j)), j + 16));
+    }
 }
 
-inline void dequantize_q4_k(const std::byte* b, float* y) {
-    const float d = f16_to_float(read_u16(b)), dmin = f16_to_float(read_u16(b + 2));
-    const std::byte* scales = b + 4;
+inline void decode_q8_0(const std::byte* b, const IntBlocks& out) {
+    out.set(0, f16_to_float(read_u16(b)), 1, 1, 0.0f, 0, 0);
+    std::memcpy(out.codes, b + 2, 32);
+}
+
+inline void decode_q4_0(const std::byte* b, const IntBlocks& out) {
+    out.set(0, f16_to_float(read_u16(b)), 1, 1, 0.0f, 0, 0);
+    nibbles32(b + 2, out.codes, [](unsigned q, int) { return static_cast<int>(q) - 8; });
+}
+
+inline void decode_q4_1(const std::byte* b, const IntBlocks& out) {
+    out.set(0, f16_to_float(read_u16(b)), 1, 1, -f16_to_float(read_u16(b + 2)), 1, 1);
+    nibbles32(b + 4, out.codes, [](unsigned q, int) { return static_cast<int>(q); });
+}
+
+/// Q5_0 / Q5_1: the nibble plus the 5th bit of value j, bit j of the little-endian word qh.
+inline void decode_q5(const std::byte* qh_bytes, const std::byte* qs, int offset, std::int8_t* c) {
+    const std::uint32_t qh = byte_at(qh_bytes, 0) | (byte_at(qh_bytes, 1) << 8) | (byte_at(qh_bytes, 2) << 16) | (byte_at(qh_bytes, 3) << 24);
+    nibbles32(qs, c, [&](unsigned q, int j) { return static_cast<int>(q | (((qh >> j) & 1u) << 4)) - offset; });
+}
+
+inline void decode_q5_0(const std::byte* b, const IntBlocks& out) {
+    out.set(0, f16_to_float(read_u16(b)), 1, 1, 0.0f, 0, 0);
+    decode_q5(b + 2, b + 6, 16, out.codes);
+}
+
+inline void decode_q5_1(const std::byte* b, const IntBlocks& out) {
+    out.set(0, f16_to_float(read_u16(b)), 1, 1, -f16_to_float(read_u16(b + 2)), 1, 1);
+    decode_q5(b + 4, b + 8, 0, out.codes);
+}
+
+inline void decode_iq4_nl(const std::byte* b, const IntBlocks& out) {
+    out.set(0, f16_to_float(read_u16(b)), 1, 1, 0.0f, 0, 0);
+    nibbles32(b + 2, out.codes, [](unsigned q, int) { return kIq4Values[q]; });
+}
+
+/// Q2_K: scales (16 bytes: scale low, min high nibble per 16 values), qs (64), d, dmin.
+inline void decode_q2_k(const std::byte* b, const IntBlocks& out) {
+    const std::byte* scales = b;
     const std::byte* qs = b + 16;
-    for (int c = 0; c < 4; ++c) {
-        unsigned sc1, m1, sc2, m2;
-        q4_k_scale_min(2 * c, scales, sc1, m1);
-        q4_k_scale_min(2 * c + 1, scales, sc2, m2);
-        const float d1 = d * static_cast<float>(sc1), min1 = dmin * static_cast<float>(m1);
-        const float d2 = d * static_cast<float>(sc2), min2 = dmin * static_cast<float>(m2);
+    const float d = f16_to_float(read_u16(b + 80)), dmin = f16_to_float(read_u16(b + 82));
+    for (int blk = 0; blk < 8; ++blk) {  // values 32·blk …: half h = blk / 4, shift 2·(blk % 4)
+        const unsigned s0 = byte_at(scales, 2 * blk), s1 = byte_at(scales, 2 * blk + 1);
+        out.set(blk, d, static_cast<int>(s0 & 15u), static_cast<int>(s1 & 15u), dmin, static_cast<int>(s0 >> 4), static_cast<int>(s1 >> 4));
+        const int h = blk / 4, shift = 2 * (blk % 4);
+        for (int l = 0; l < 32; ++l) out.codes[32 * blk + l] = static_cast<std::int8_t>((byte_at(qs, 32 * h + l) >> shift) & 3u);
+    }
+}
+
+/// Q3_K: hmask (32), qs (64), scales (12: 16 six-bit scales, offset 32), d.
+inline void decode_q3_k(const std::byte* b, const IntBlocks& out) {
+    const std::byte* hmask = b;
+    const std::byte* qs = b + 32;
+    const std::byte* s = b + 96;
+    const float d = f16_to_float(read_u16(b + 108));
+    const auto scale = [&](int j) {
+        const unsigned low = j < 8 ? byte_at(s, j) & 15u : byte_at(s, j - 8) >> 4;
+        const unsigned high = (byte_at(s, 8 + j % 4) >> (2 * (j / 4))) & 3u;
+        return static_cast<int>(low | (high << 4)) - 32;
+    };
+    for (int blk = 0; blk < 8; ++blk) {
+        out.set(blk, d, scale(2 * blk), scale(2 * blk + 1), 0.0f, 0, 0);
+        const int h = blk / 4, shift = 2 * (blk % 4), bit = 4 * h + blk % 4;
         for (int l = 0; l < 32; ++l) {
-            const unsigned q = byte_at(qs, 32 * c + l);
-            y[64 * c + l] = mul_sub_unfused(d1, quant::low_nibble(q), min1);
-            y[64 * c + 32 + l] = mul_sub_unfused(d2, quant::high_nibble(q), min2);
+            const int low = static_cast<int>((byte_at(qs, 32 * h + l) >> shift) & 3u);
+            const bool high = (byte_at(hmask, l) >> bit) & 1u;
+            out.codes[32 * blk + l] = static_cast<std::int8_t>(low - (high ? 0 : 4));
         }
     }
 }
 
-inline void dequantize_q6_k(const std::byte* b, float* y) {
+/// Q4_K (high = nullptr) and Q5_K (high = its qh bytes): d, dmin, scales (12), [qh (32)], qs (128).
+inline void decode_q45_k(const std::byte* b, const std::byte* qh, const std::byte* qs, const IntBlocks& out) {
+    const float d = f16_to_float(read_u16(b)), dmin = f16_to_float(read_u16(b + 2));
+    for (int blk = 0; blk < 8; ++blk) {  // sub-block blk: chunk blk / 2, low nibbles when even
+        unsigned sc, m;
+        q4_k_scale_min(blk, b + 4, sc, m);
+        out.set(blk, d, static_cast<int>(sc), static_cast<int>(sc), dmin, static_cast<int>(m), static_cast<int>(m));
+        for (int l = 0; l < 32; ++l) {
+            const unsigned byte = byte_at(qs, 32 * (blk / 2) + l);
+            unsigned q = blk % 2 ? byte >> 4 : byte & 15u;
+            if (qh) q |= ((byte_at(qh, l) >> blk) & 1u) << 4;
+            out.codes[32 * blk + l] = static_cast<std::int8_t>(q);
+        }
+    }
+}
+
+inline void decode_q4_k(const std::byte* b, const IntBlocks& out) { decode_q45_k(b, nullptr, b + 16, out); }
+inline void decode_q5_k(const std::byte* b, const IntBlocks& out) { decode_q45_k(b, b + 16, b + 48, out); }
+
+/// Q6_K: ql (128), qh (64), scales (16 int8, one per 16 values), d.
+inline void decode_q6_k(const std::byte* b, const IntBlocks& out) {
     const std::byte* ql = b;
     const std::byte* qh = b + 128;
     const std::byte* sc = b + 192;
     const float d = f16_to_float(read_u16(b + 208));
-    for (int h = 0; h < 2; ++h) {
-        const std::byte* QL = ql + 64 * h;
-        const std::byte* QH = qh + 32 * h;
-        const std::byte* S = sc + 8 * h;
-        float* Y = y + 128 * h;
+    for (int blk = 0; blk < 8; ++blk) {  // values 128h + 32s + l
+        const int h = blk / 4, s = blk % 4;
+        out.set(blk, d, static_cast<std::int8_t>(byte_at(sc, 2 * blk)), static_cast<std::int8_t>(byte_at(sc, 2 * blk + 1)), 0.0f, 0, 0);
         for (int l = 0; l < 32; ++l) {
-            const int is = l / 16;
-            const unsigned lo0 = byte_at(QL, l), lo1 = byte_at(QL, l + 32), hi = byte_at(QH, l);
-            const int q1 = static_cast<int>(quant::low_nibble(lo0) | (((hi >> 0) & 3u) << 4)) - 32;
-            const int q2 = static_cast<int>(quant::low_nibble(lo1) | (((hi >> 2) & 3u) << 4)) - 32;
-            const int q3 = static_cast<int>(quant::high_nibble(lo0) | (((hi >> 4) & 3u) << 4)) - 32;
-            const int q4 = static_cast<int>(quant::high_nibble(lo1) | (((hi >> 6) & 3u) << 4)) - 32;
-            const auto scale = [&](int k) { return d * static_cast<float>(static_cast<std::int8_t>(byte_at(S, k))); };
-            Y[l] = scale(is) * static_cast<float>(q1);
-            Y[l + 32] = scale(is + 2) * static_cast<float>(q2);
-            Y[l + 64] = scale(is + 4) * static_cast<float>(q3);
-            Y[l + 96] = scale(is + 6) * static_cast<float>(q4);
+            const unsigned lo = byte_at(ql, 64 * h + l + (s % 2) * 32);
+            const unsigned low = s < 2 ? lo & 15u : lo >> 4;
+            const unsigned high = (byte_at(qh, 32 * h + l) >> (2 * s)) & 3u;
+            out.codes[32 * blk + l] = static_cast<std::int8_t>(static_cast<int>(low | (high << 4)) - 32);
         }
     }
 }
 
-/// Whether the library can dequantize `t`.
+/// IQ4_XS: d, scales_h (u16), scales_l (4), qs (128); sub-block j's scale is 6 bits, offset 32.
+inline void decode_iq4_xs(const std::byte* b, const IntBlocks& out) {
+    const float d = f16_to_float(read_u16(b));
+    const unsigned scales_h = read_u16(b + 2);
+    for (int blk = 0; blk < 8; ++blk) {
+        const unsigned ls = ((byte_at(b + 4, blk / 2) >> (4 * (blk % 2))) & 15u) | (((scales_h >> (2 * blk)) & 3u) << 4);
+        const int k = static_cast<int>(ls) - 32;
+        out.set(blk, d, k, k, 0.0f, 0, 0);
+        nibbles32(b + 8 + 16 * blk, out.codes + 32 * blk, [](unsigned q, int) { return kIq4Values[q]; });
+    }
+}
+
+/// Whether the library reads `t` (plain or block type).
 inline bool can_dequantize(GgmlType t) {
     const auto tr = ggml_type_traits(static_cast<std::uint32_t>(t));
     return tr && tr->supported;
 }
+
+/// Whether `t` is a block type the library reads as IntBlocks.
+inline bool is_block_type(GgmlType t) { return can_dequantize(t) && ggml_type_traits(static_cast<std::uint32_t>(t))->block > 1; }
 
 /// Bytes of `n` values of `t` (n a multiple of its block size).
 inline std::int64_t bytes_of(GgmlType t, std::int64_t n) {
@@ -121,17 +257,44 @@ inline std::int64_t bytes_of(GgmlType t, std::int64_t n) {
     return n / tr->block * tr->block_bytes;
 }
 
+/// The decoder of a block type, and its geometry.
+struct BlockDecoder {
+    void (*decode)(const std::byte*, const IntBlocks&);
+    std::int64_t values;  ///< per stored block: 32 or 256
+    std::int64_t bytes;   ///< per stored block
+};
+
+inline BlockDecoder block_decoder(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q8_0: return {decode_q8_0, 32, 34};
+        case GgmlType::Q4_0: return {decode_q4_0, 32, 18};
+        case GgmlType::Q4_1: return {decode_q4_1, 32, 20};
+        case GgmlType::Q5_0: return {decode_q5_0, 32, 22};
+        case GgmlType::Q5_1: return {decode_q5_1, 32, 24};
+        case GgmlType::IQ4_NL: return {decode_iq4_nl, 32, 18};
+        case GgmlType::Q2_K: return {decode_q2_k, 256, 84};
+        case GgmlType::Q3_K: return {decode_q3_k, 256, 110};
+        case GgmlType::Q4_K: return {decode_q4_k, 256, 144};
+        case GgmlType::Q5_K: return {decode_q5_k, 256, 176};
+        case GgmlType::Q6_K: return {decode_q6_k, 256, 210};
+        case GgmlType::IQ4_XS: return {decode_iq4_xs, 256, 136};
+        default: break;
+    }
+    throw ShapeError("ggml type " + std::string(ggml_type_name(t)) + " is not a block type the library runs (it runs " +
+                     std::string(kSupportedGgmlTypes) + ")");
+}
+
+/// The first `n` values of a row of block type `t` (n a multiple of its block size) as
+/// IntBlocks: n / 32 blocks into `out`.
+inline void decode_row(const BlockDecoder& dec, const std::byte* src, std::int64_t n, const IntBlocks& out) {
+    const std::int64_t per = dec.values / 32;
+    for (std::int64_t b = 0; b < n / dec.values; ++b) dec.decode(src + b * dec.bytes, out.at(b * per));
+}
+
 /// The first `n` values stored at `src` as type `t` (n a multiple of the block size), exactly.
-/// ShapeError naming `what` for a type the library does not dequantize.
+/// ShapeError naming `what` for a type the library does not read.
 template <class T>
 inline void dequantize_row(GgmlType t, const std::byte* src, std::int64_t n, T* out, const std::string& what = "tensor") {
-    float tmp[256];
-    const auto blocks = [&](std::int64_t block, std::int64_t bytes, auto&& fn) {
-        for (std::int64_t b = 0; b < n / block; ++b) {
-            fn(src + b * bytes, tmp);
-            for (std::int64_t j = 0; j < block; ++j) out[b * block + j] = static_cast<T>(tmp[j]);
-        }
-    };
     switch (t) {
         case GgmlType::F32:
             for (std::int64_t i = 0; i < n; ++i) out[i] = load_element<T>(src, DType::F32, static_cast<std::size_t>(i));
@@ -142,13 +305,30 @@ inline void dequantize_row(GgmlType t, const std::byte* src, std::int64_t n, T* 
         case GgmlType::BF16:
             for (std::int64_t i = 0; i < n; ++i) out[i] = load_element<T>(src, DType::BF16, static_cast<std::size_t>(i));
             return;
-        case GgmlType::Q8_0: return blocks(kBlock32, kQ8_0Bytes, dequantize_q8_0);
-        case GgmlType::Q4_0: return blocks(kBlock32, kQ4_0Bytes, dequantize_q4_0);
-        case GgmlType::Q4_K: return blocks(kSuperBlock, kQ4_KBytes, dequantize_q4_k);
-        case GgmlType::Q6_K: return blocks(kSuperBlock, kQ6_KBytes, dequantize_q6_k);
         default: break;
     }
-    throw ShapeError(what + ": ggml type " + std::string(ggml_type_name(t)) + " is not supported");
+    if (!is_block_type(t))
+        throw ShapeError(what + ": ggml type " + std::string(ggml_type_name(t)) + " is not supported (the library runs " +
+                         std::string(kSupportedGgmlTypes) + ")");
+    const BlockDecoder dec = block_decoder(t);
+    std::int8_t codes[256];
+    std::int16_t scale[16], min[16];
+    float d[8], dmin[8];
+    const IntBlocks q{codes, scale, min, d, dmin};
+    for (std::int64_t s = 0; s < n / dec.values; ++s) {
+        dec.decode(src + s * dec.bytes, q);
+        for (std::int64_t b = 0; b < dec.values / 32; ++b)
+            for (int i = 0; i < 32; ++i) out[s * dec.values + 32 * b + i] = static_cast<T>(int_block_value(q.at(b), i));
+    }
+}
+
+/// Whether every scale of a row of block type `t` is finite (a NaN or infinite f16 d or dmin
+/// would give non-finite outputs from finite inputs).
+inline bool finite_scales(const BlockDecoder& dec, const std::byte* src, std::int64_t n, const IntBlocks& scratch) {
+    decode_row(dec, src, n, scratch);
+    for (std::int64_t b = 0; b < n / 32; ++b)
+        if (!std::isfinite(scratch.d[b]) || !std::isfinite(scratch.dmin[b])) return false;
+    return true;
 }
 
 /// A Q8_0 row of `cols` values (cols % 32 == 0) as one padded Q8 row: the same int8 codes and

@@ -6,6 +6,8 @@
 #include <gemma4/abi.hpp>
 
 #include <gemma4/tensor/dtype.hpp>
+#include <gemma4/tensor/ggml_blocks.hpp>
+#include <gemma4/tensor/ggml_type.hpp>
 #include <gemma4/tensor/quant.hpp>
 
 #include <array>
@@ -36,6 +38,9 @@ struct WeightView {
     DType origin = DType::BF16;
     /// Q8/Q4 only: elements per scale, 32 or 64 (quant::valid_block).
     std::int64_t block = 32;
+    /// DType::Ggml only: the GGUF block type of the rows, which are as stored in the file (the
+    /// int8 kernels and the exact path read them through tensor/ggml_blocks.hpp's IntBlocks).
+    GgmlType ggml = GgmlType::F32;
 
     explicit operator bool() const { return data != nullptr; }
 
@@ -49,8 +54,12 @@ struct WeightView {
     std::int64_t cols() const { return rows() ? numel() / rows() : 0; }
 
     bool quantized() const { return is_quantized(dtype); }
-    /// The dtype whose rounding the values carry: `origin` for quantized views, else `dtype`.
-    DType value_dtype() const { return quantized() ? origin : dtype; }
+    /// The dtype whose rounding the values carry: `origin` for quantized views, F32 for ggml
+    /// blocks (ggml dequantizes in float32), else `dtype`.
+    DType value_dtype() const { return quantized() ? origin : dtype == DType::Ggml ? DType::F32 : dtype; }
+
+    /// DType::Ggml only: bytes of one row as stored.
+    std::int64_t ggml_row_bytes() const { return ggml::bytes_of(ggml, cols()); }
 
     /// Bytes of the scales held apart from `data`: a quantized view in the Rows layout (0 for
     /// others; panels hold their scales in `data`).
@@ -86,6 +95,13 @@ struct WeightView {
             }
             const std::int64_t p = r / quant::kPanelRows;
             return static_cast<T>(quant::panel_value_at(dtype, block, panel(p), r % quant::kPanelRows, i % c));
+        }
+        if (dtype == DType::Ggml) {  // the stored block that holds element i, decoded
+            const std::int64_t c = cols(), r = i / c, j = i % c;
+            const ggml::BlockDecoder dec = ggml::block_decoder(ggml);
+            float values[256];
+            ggml::dequantize_row(ggml, data + r * ggml_row_bytes() + j / dec.values * dec.bytes, dec.values, values, name);
+            return static_cast<T>(values[j % dec.values]);
         }
         return load_element<T>(data, dtype, static_cast<std::size_t>(i));
     }
