@@ -278,7 +278,8 @@ public:
     /// The stream's first events.
     std::string start() {
         const nlohmann::json snapshot = response("in_progress");
-        return event({{"type", "response.created"}, {"response", snapshot}}) + event({{"type", "response.in_progress"}, {"response", snapshot}});
+        std::string out = event({{"type", "response.created"}, {"response", snapshot}});
+        return out + event({{"type", "response.in_progress"}, {"response", snapshot}});
     }
 
     std::string add(const std::vector<ReplyEvent>& events) {
