@@ -51,7 +51,7 @@ std::vector<json> typed_events(const std::string& sse) {
 
 /// A reply with a thought, text, and a call, as the parser reports it fed in pieces of `size`.
 std::vector<ReplyEvent> reply_events(std::size_t size) {
-    const std::string reply = "<|channel>thought\nhmm<channel|>Let me look.<|tool_call>call:get_weather{city:" + quote + "Paris" + Q +
+    const std::string reply = "<|channel>thought\nhmm<channel|>Let me look.<|tool_call>call:get_weather{city:" + quote + "Paris" + quote +
                               ",days:2}<tool_call|><|tool_response>";
     ReplyParser parser(true);
     std::vector<ReplyEvent> events;
