@@ -103,7 +103,7 @@ TEST_CASE("anthropic: a conversation with system, images, tool_use and tool_resu
 
 TEST_CASE("anthropic: a last assistant message is a prefill the reply continues", "[server][anthropic][request]") {
     const AnthropicRequest a = parse_anthropic_request(
-        json::parse(R"({"max_tokens":5,"messages":[{"role":"user","content":"Count"},{"role":"assistant","content":"One, two,"}]})"));
+        json::parse(R"({"max_tokens":5,"messages":[{"role":"user","content":"Count"},{"role":"assistant","content":"One, two, "}]})"));
     CHECK(a.prefill == "One, two,");
     CHECK(render_prompt(a) == render_prompt(parse_chat_request(json::parse(R"({"messages":[{"role":"user","content":"Count"}]})"))) + "One, two,");
 }
@@ -172,7 +172,6 @@ TEST_CASE("anthropic: bad fields are 400s naming them; count_tokens needs no max
          "messages[0].content[0].content[0].type"},
         {R"({"max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f","input":[]}]}]})", "messages[0].content[0].input"},
         {R"({"max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f","input":{}}]}]})", "messages[0]"},
-        {R"({"max_tokens":5,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"ends with space "}]})", "messages[1].content"},
         {R"({"max_tokens":5,"system":5,)" + user + "}", "system"},
         {R"({"max_tokens":5,"system":[{"type":"image"}],)" + user + "}", "system[0].type"},
         {R"({"max_tokens":5,"temperature":1.5,)" + user + "}", "temperature"},
@@ -255,7 +254,8 @@ TEST_CASE("reply blocks: a thought, text and a call open and close in order, wha
 
 TEST_CASE("anthropic encoder: the stream's events add up to the message; stop reasons and usage", "[server][anthropic][encode]") {
     AnthropicMessage m("msg_1", "tiny", 30);
-    std::string sse = m.start() + m.add(reply_events(2));
+    std::string sse = m.start();
+    sse += m.add(reply_events(2));
     sse += m.finish(ReplyEnd{.finish = gemma4::FinishReason::StopId, .tool_call = true, .prompt_tokens = 30, .output_tokens = 12, .cached_tokens = 10});
     const std::vector<json> events = typed_events(sse);
     REQUIRE(events.size() >= 10);
@@ -313,7 +313,9 @@ TEST_CASE("an abandoned call: its block ends in the stream, the message has no t
     std::vector<ReplyEvent> events = parser.feed("<|tool_call>call:f{a:" + quote + "open");
     for (auto& e : parser.finish()) events.push_back(std::move(e));
     AnthropicMessage m("msg", "tiny", 1);
-    const std::vector<json> stream = typed_events(m.add(events) + m.finish({}));
+    std::string sse = m.add(events);
+    sse += m.finish({});
+    const std::vector<json> stream = typed_events(sse);
     CHECK(stream[0]["content_block"]["type"] == "tool_use");
     REQUIRE(m.message()["content"].size() == 1);
     CHECK(m.message()["content"][0]["type"] == "text");
@@ -412,7 +414,8 @@ TEST_CASE("responses: bad fields are 400s naming them; stored and chained respon
 
 TEST_CASE("responses encoder: items with their events in sequence, the stream adds up to the response", "[server][responses][encode]") {
     ResponsesReply r("resp_1", "tiny", 7, json{{"instructions", "I"}, {"parallel_tool_calls", true}});
-    std::string sse = r.start() + r.add(reply_events(3));
+    std::string sse = r.start();
+    sse += r.add(reply_events(3));
     sse += r.finish({.finish = gemma4::FinishReason::StopId, .tool_call = true, .prompt_tokens = 30, .output_tokens = 12, .cached_tokens = 10});
     const std::vector<json> events = typed_events(sse);
     for (std::size_t i = 0; i < events.size(); ++i) CHECK(events[i]["sequence_number"] == i);

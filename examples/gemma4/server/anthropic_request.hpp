@@ -14,7 +14,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cctype>
 #include <optional>
 #include <string>
 #include <vector>
@@ -283,15 +282,14 @@ inline AnthropicRequest parse_anthropic_request(const nlohmann::json& body, Mess
     if (auto choice = field(body, "tool_choice")) parse_anthropic_tool_choice(*choice, a);
     if (auto thinking = field(body, "thinking")) r.thinking = parse_anthropic_thinking(*thinking, s.max_tokens);
 
-    // A last assistant message is the start of the reply, which the model continues.
+    // A last assistant message is the start of the reply, which the model continues (its text
+    // trimmed, as the template trims an assistant's).
     const std::string last = "messages[" + std::to_string(messages->size() - 1) + "]";
     if (Message& m = r.messages.back(); m.role == "assistant") {
         if (!m.tool_calls.empty()) throw bad_field(last, "a tool_use block needs its tool_result in a user message after it");
         if (r.thinking) throw bad_field(last, "a last assistant message (a prefill) cannot be combined with thinking");
         if (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Function)
             throw bad_field(last, "a last assistant message (a prefill) cannot be combined with a forced tool_choice");
-        if (!m.content.empty() && std::isspace(static_cast<unsigned char>(m.content.back())))
-            throw bad_field(last + ".content", "a last assistant message cannot end with white space");
         a.prefill = std::move(m.content);
         r.messages.pop_back();
     }

@@ -279,7 +279,8 @@ public:
     std::string start() {
         const nlohmann::json snapshot = response("in_progress");
         std::string out = event({{"type", "response.created"}, {"response", snapshot}});
-        return out + event({{"type", "response.in_progress"}, {"response", snapshot}});
+        out += event({{"type", "response.in_progress"}, {"response", snapshot}});
+        return out;
     }
 
     std::string add(const std::vector<ReplyEvent>& events) {
@@ -295,8 +296,8 @@ public:
         std::string out;
         for (const BlockStep& step : blocks_.finish()) out += encode(step);
         end_ = end;
-        const nlohmann::json final = response();
-        return out + event({{"type", end.cut_short() ? "response.incomplete" : "response.completed"}, {"response", final}});
+        out += event({{"type", end.cut_short() ? "response.incomplete" : "response.completed"}, {"response", response()}});
+        return out;
     }
 
     /// An error event of the stream (a failure after the response started).
@@ -398,7 +399,8 @@ private:
                 if (step.block == BlockKind::Text) item_["status"] = "completed";
             }
             output_.push_back(item_);
-            return out + event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item_}});
+            out += event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item_}});
+            return out;
         }
         }
         return {};
