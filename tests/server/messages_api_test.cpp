@@ -148,7 +148,7 @@ TEST_CASE("anthropic: tool_choice auto, any, tool and none map to chat's, thinki
     CHECK(render_prompt(parse(R"(,"thinking":{"type":"enabled","budget_tokens":1024})")).find("<|think|>") != std::string::npos);
 }
 
-TEST_CASE("anthropic: bad fields are 400s naming them; count_tokens needs no max_tokens", "[server][anthropic][request][errors]") {
+TEST_CASE("anthropic: bad fields are 400s naming them, and count_tokens needs no max_tokens", "[server][anthropic][request][errors]") {
     const auto messages = [](const json& b) { return parse_anthropic_request(b); };
     const std::string user = R"("messages":[{"role":"user","content":"x"}])";
     const std::vector<std::pair<std::string, std::string>> bad = {
@@ -205,7 +205,7 @@ TEST_CASE("anthropic: bad fields are 400s naming them; count_tokens needs no max
     CHECK(refused_param(R"({"temperature":3,)" + user + "}", count) == "temperature");
 }
 
-TEST_CASE("anthropic errors: Anthropic's shape and types on its routes, OpenAI's elsewhere; x-api-key or a bearer token", "[server][anthropic][errors]") {
+TEST_CASE("anthropic errors: Anthropic's shape and types on its routes, OpenAI's elsewhere, and x-api-key or a bearer token", "[server][anthropic][errors]") {
     const ApiError e = bad_field("max_tokens", "missing");
     const json anthropic = error_body(e, ErrorShape::Anthropic);
     CHECK(anthropic == json::parse(R"({"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: missing"}})"));
@@ -252,7 +252,7 @@ TEST_CASE("reply blocks: a thought, text and a call open and close in order, wha
     }
 }
 
-TEST_CASE("anthropic encoder: the stream's events add up to the message; stop reasons and usage", "[server][anthropic][encode]") {
+TEST_CASE("anthropic encoder: the stream's events add up to the message, with stop reasons and usage", "[server][anthropic][encode]") {
     AnthropicMessage m("msg_1", "tiny", 30);
     std::string sse = m.start();
     sse += m.add(reply_events(2));
@@ -372,7 +372,7 @@ TEST_CASE("responses: input strings, messages, function calls and their outputs 
     CHECK(schema->param == "text.format.schema");
 }
 
-TEST_CASE("responses: bad fields are 400s naming them; stored and chained responses are refused", "[server][responses][request][errors]") {
+TEST_CASE("responses: bad fields are 400s naming them, and stored or chained responses are refused", "[server][responses][request][errors]") {
     const auto parse = [](const json& b) { return parse_responses_request(b); };
     const std::vector<std::pair<std::string, std::string>> bad = {
         {R"({})", "input"},

@@ -1,8 +1,8 @@
 // The official `openai` npm client against `gemma4 serve` (run by openai_client_test.cpp, which
 // installs the package and starts the server): chat with and without streaming, usage, stop
 // strings, a tool-call round trip, tool_choice, an image message, logit_bias, seeds, penalties,
-// min_tokens, the model's alias, structured output (json_schema, json_object), logprobs, and
-// errors as the client's typed errors.
+// min_tokens, the model's alias, structured output (json_schema, json_object), logprobs, errors
+// as the client's typed errors, and the Responses API (text, streamed events, a function call).
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -308,5 +308,81 @@ for (const seed of [1, 2]) {
     assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 14);
   }
 }
+
+// The Responses API: text output (and the client's output_text), instructions, a message list,
+// max_output_tokens, streamed events that add up to the response, a forced function call and its
+// output fed back; stored or chained responses are refused.
+const answer = await client.responses.create({ model, instructions: 'Answer briefly.', input: 'Hello!', max_output_tokens: 6, temperature: 0 });
+assert.equal(answer.object, 'response');
+assert.ok(['completed', 'incomplete'].includes(answer.status));
+assert.equal(answer.instructions, 'Answer briefly.');
+assert.equal(typeof answer.output_text, 'string');
+const texts = answer.output.filter((item) => item.type === 'message').flatMap((item) => item.content).filter((c) => c.type === 'output_text');
+assert.equal(answer.output_text, texts.map((c) => c.text).join(''));
+assert.ok(answer.usage.output_tokens >= 1 && answer.usage.output_tokens <= 6);
+assert.equal(answer.usage.total_tokens, answer.usage.input_tokens + answer.usage.output_tokens);
+const asList = await client.responses.create({
+  model, input: [{ role: 'system', content: 'Answer briefly.' }, { role: 'user', content: [{ type: 'input_text', text: 'Hello!' }] }],
+  max_output_tokens: 6, temperature: 0,
+});
+assert.equal(asList.output_text, answer.output_text);
+assert.equal(asList.usage.input_tokens, answer.usage.input_tokens);
+
+const eventTypes = [];
+let deltas = '';
+let completed = null;
+for await (const event of await client.responses.create({
+  model, instructions: 'Answer briefly.', input: 'Hello!', max_output_tokens: 6, temperature: 0, stream: true,
+})) {
+  eventTypes.push(event.type);
+  if (event.type === 'response.output_text.delta') deltas += event.delta;
+  if (event.type === 'response.completed' || event.type === 'response.incomplete') completed = event.response;
+}
+assert.deepEqual(eventTypes.slice(0, 2), ['response.created', 'response.in_progress']);
+assert.ok(['response.completed', 'response.incomplete'].includes(eventTypes.at(-1)));
+assert.equal(deltas, answer.output_text);
+assert.equal(completed.status, answer.status);
+if (deltas) {
+  for (const type of ['response.output_item.added', 'response.content_part.added', 'response.output_text.done', 'response.content_part.done',
+    'response.output_item.done'])
+    assert.ok(eventTypes.includes(type), type);
+}
+
+const functionTools = [{
+  type: 'function', name: 'get_weather', description: 'Current weather',
+  parameters: strictTools[0].function.parameters,
+}];
+const functionCall = await client.responses.create({
+  model, tools: functionTools, tool_choice: { type: 'function', name: 'get_weather' }, parallel_tool_calls: false,
+  input: 'Weather in Paris?', max_output_tokens: 120, temperature: 0,
+});
+assert.equal(functionCall.status, 'completed');
+const calls = functionCall.output.filter((item) => item.type === 'function_call');
+assert.equal(calls.length, 1);
+assert.equal(calls[0].name, 'get_weather');
+assert.ok(calls[0].call_id.startsWith('call_'));
+const callArgs = JSON.parse(calls[0].arguments);
+assert.deepEqual(Object.keys(callArgs).sort(), ['city', 'days']);
+assert.ok(Number.isInteger(callArgs.days) && callArgs.days >= 1 && callArgs.days <= 14);
+let streamedArgs = '';
+for await (const event of await client.responses.create({
+  model, tools: functionTools, tool_choice: { type: 'function', name: 'get_weather' }, parallel_tool_calls: false,
+  input: 'Weather in Paris?', max_output_tokens: 120, temperature: 0, stream: true,
+}))
+  if (event.type === 'response.function_call_arguments.delta') streamedArgs += event.delta;
+assert.equal(streamedArgs, calls[0].arguments);
+const fedBack = await client.responses.create({
+  model, tools: functionTools, max_output_tokens: 4, temperature: 0,
+  input: [
+    { role: 'user', content: 'Weather in Paris?' },
+    { type: 'function_call', call_id: calls[0].call_id, name: 'get_weather', arguments: calls[0].arguments },
+    { type: 'function_call_output', call_id: calls[0].call_id, output: '{"sky":"clear","celsius":21}' },
+  ],
+});
+assert.equal(fedBack.object, 'response');
+assert.ok(fedBack.usage.input_tokens > functionCall.usage.input_tokens);
+await rejects(client.responses.create({ model, input: 'x', previous_response_id: 'resp_1' }), OpenAI.BadRequestError, badParam('previous_response_id'));
+await rejects(client.responses.create({ model, input: 'x', store: true }), OpenAI.BadRequestError, badParam('store'));
+await rejects(client.responses.create({ model, input: 'x', temperature: 3 }), OpenAI.BadRequestError, badParam('temperature'));
 
 console.log('openai client: ok');

@@ -1,30 +1,20 @@
-// The official `openai` npm client against the server (tests/server/openai_client.mjs). The
-// package is installed into a scratch folder of the build tree with npm; without node, npm or
-// the registry the test is reported as skipped.
+// The official `openai` npm client against the server (tests/server/openai_client.mjs): chat,
+// completions and the Responses API. The package is installed into a scratch folder of the build
+// tree with npm; without node, npm or the registry the test is reported as skipped.
 #include <catch2/catch.hpp>
 
 #include "server_process.hpp"
 #include "support/skip.hpp"
 
-#include <cstdlib>
-
 using namespace gemma4::test;
 
-TEST_CASE("the openai npm client: chat, streaming, usage, stop, tools, images, sampling fields, an alias, typed errors", "[server][e2e][openai]") {
+TEST_CASE("the openai npm client: chat, streaming, usage, stop, tools, images, sampling fields, an alias, typed errors, the Responses API", "[server][e2e][openai]") {
 #ifndef GEMMA4_HAVE_SERVE
     GEMMA4_SKIP("gemma4 was built without cpp-httplib (no serve command)");
 #endif
-    if (std::system("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1") != 0) GEMMA4_SKIP("node or npm not installed");
     const std::filesystem::path dir = std::filesystem::path(GEMMA4_BUILD_DIR) / "openai-client";
-    std::filesystem::create_directories(dir);
-    if (!std::filesystem::exists(dir / "node_modules" / "openai" / "package.json")) {
-        const auto log = dir / "npm-install.log";
-        const std::string install = "cd '" + dir.string() + "' && timeout 300 npm install --no-audit --no-fund --loglevel=error openai@4 >'" +
-                                    log.string() + "' 2>&1";
-        if (std::system(install.c_str()) != 0) GEMMA4_SKIP("npm install openai failed (no registry?): " << read_text(log));
-    }
-    std::filesystem::copy_file(std::filesystem::path(GEMMA4_SERVER_TEST_DIR) / "openai_client.mjs", dir / "openai_client.mjs",
-                               std::filesystem::copy_options::overwrite_existing);
+    // The newest 4.x (4.104.0 at the time of writing); client.responses came in 4.87.
+    if (const auto why = npm_client_folder(dir, "openai@4", "openai", "openai_client.mjs")) GEMMA4_SKIP(*why);
     ServerProcess server({"--api-key", "node-key", "--parallel", "4", "--max-soft-tokens", "70", "--alias", "tiny-alias"}, "openai");
     const auto image = dir / "image.txt";
     std::ofstream(image) << png_data_url();

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <regex>
@@ -266,6 +267,23 @@ inline std::string png_data_url() {
     write_png(path, PngSpec{.width = 32, .height = 24}, rgb);
     const auto bytes = read_bytes(path);
     return "data:image/png;base64," + gemma4::server::encode_base64(std::string(bytes.begin(), bytes.end()));
+}
+
+/// Installs the npm package `spec` ("openai@4") into `dir` (a scratch folder of the build tree)
+/// unless `name` is there already, and copies the test script `script` (of tests/server) beside
+/// it. Nothing when it is ready; else why not (no npm, no registry), for the test to skip.
+inline std::optional<std::string> npm_client_folder(const std::filesystem::path& dir, const std::string& spec, const std::string& name,
+                                                    const std::string& script) {
+    if (std::system("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1") != 0) return "node or npm not installed";
+    std::filesystem::create_directories(dir);
+    if (!std::filesystem::exists(dir / "node_modules" / name / "package.json")) {
+        const auto log = dir / "npm-install.log";
+        const std::string install = "cd '" + dir.string() + "' && timeout 300 npm install --no-audit --no-fund --loglevel=error " + spec + " >'" +
+                                    log.string() + "' 2>&1";
+        if (std::system(install.c_str()) != 0) return "npm install " + spec + " failed (no registry?): " + read_text(log);
+    }
+    std::filesystem::copy_file(std::filesystem::path(GEMMA4_SERVER_TEST_DIR) / script, dir / script, std::filesystem::copy_options::overwrite_existing);
+    return std::nullopt;
 }
 
 /// One number of /metrics ("gemma4_active_sequences").

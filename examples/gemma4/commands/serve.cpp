@@ -1,6 +1,7 @@
-// gemma4 serve: an OpenAI-compatible HTTP server over the continuous-batching Engine. The HTTP
-// side (cpp-httplib) runs one thread per connection; every request becomes one Engine request,
-// so concurrent clients share forward steps. See docs/server.md.
+// gemma4 serve: an OpenAI-compatible HTTP server (and Anthropic's Messages API) over the
+// continuous-batching Engine. The HTTP side (cpp-httplib) runs one thread per connection; every
+// request becomes one Engine request, so concurrent clients share forward steps. See
+// docs/server.md.
 #include "../cli.hpp"
 #include "../generation_args.hpp"
 #include "../server/anthropic_encode.hpp"
@@ -871,7 +872,7 @@ int run(cli::Args& args) {
     return 0;
 }
 
-const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completions, streaming) over the batching engine",
+const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completions, responses, streaming; Anthropic's messages too) over the batching engine",
                        cli::Options{
                            {"model", "PATH", "checkpoint directory (config.json, *.safetensors, tokenizer.json) or GGUF file", cli::kRequired},
                            {"host", "ADDR", "address to listen on (default: 127.0.0.1; others need --api-key)"},
@@ -880,7 +881,7 @@ const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completion
                            {"ctx-size", "N", "context of each request in tokens (default: the model's)"},
                            {"queue", "N", "requests waiting beyond --parallel before 429 (default: 64)"},
                            {"kv-budget", "SIZE", "KV cache bytes for running requests and kept prefixes (K, M, G suffixes): a request waits until its pages fit, one that never can is a 400 (default: no bound beyond --parallel)"},
-                           {"api-key", "KEY", "require 'Authorization: Bearer KEY' on every endpoint but /health"},
+                           {"api-key", "KEY", "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every endpoint but /health"},
                            {"weights", "FORMAT", "as-stored (default), bf16, int8 or int4: re-encode the weights at load"},
                            {"max-body", "BYTES", "largest request body; larger ones get 413 (default: 16 MiB)"},
                            {"max-soft-tokens", "N", "soft tokens per image: 70, 140, 280 (default), 560 or 1120"},
