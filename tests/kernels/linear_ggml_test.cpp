@@ -8,6 +8,7 @@
 #include <gemma4/tensor/ggml_blocks.hpp>
 
 #include "kernels/kernel_test_support.hpp"
+#include "support/message_matcher.hpp"
 #include "support/skip.hpp"
 
 #include <cmath>
@@ -18,20 +19,6 @@
 using namespace gemma4;
 
 namespace {
-
-/// Where each type keeps its f16 scales (d, then dmin), within a stored block.
-std::vector<int> f16_fields(GgmlType t) {
-    switch (t) {
-        case GgmlType::Q4_1:
-        case GgmlType::Q5_1:
-        case GgmlType::Q4_K:
-        case GgmlType::Q5_K: return {0, 2};
-        case GgmlType::Q2_K: return {80, 82};
-        case GgmlType::Q3_K: return {108};
-        case GgmlType::Q6_K: return {208};
-        default: return {0};
-    }
-}
 
 const GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL,
                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
@@ -48,12 +35,12 @@ GgmlWeight make_ggml_weight(GgmlType t, std::int64_t N, std::int64_t K, std::uin
     GgmlWeight w;
     w.bytes.resize(static_cast<std::size_t>(N * ggml::bytes_of(t, K)));
     for (auto& b : w.bytes) b = static_cast<std::byte>(rng.next() & 0xff);
-    const auto fields = f16_fields(t);
     for (std::size_t at = 0; at < w.bytes.size(); at += static_cast<std::size_t>(dec.bytes))
-        for (std::size_t f = 0; f < fields.size(); ++f) {
+        for (std::size_t f = 0; f < dec.f16_scales.size(); ++f) {
+            if (dec.f16_scales[f] < 0) continue;
             const float v = 0.002f + 0.01f * static_cast<float>(rng.next() % 1000) / 1000.0f;
             const std::uint16_t h = float_to_f16(f == 0 && rng.next() % 2 ? -v : v);
-            std::memcpy(w.bytes.data() + at + static_cast<std::size_t>(fields[f]), &h, 2);
+            std::memcpy(w.bytes.data() + at + static_cast<std::size_t>(dec.f16_scales[f]), &h, 2);
         }
     w.view = WeightView{"w", DType::Ggml, {N, K}, w.bytes.data(), w.bytes.size()};
     w.view.ggml = t;
@@ -148,6 +135,27 @@ TEST_CASE("avx2 path: linear_ggml equals the portable loops bit for bit", "[kern
         const auto portable = run_ggml(w.view, x, 7, pool, false), vector = run_ggml(w.view, x, 7, pool, true);
         CHECK(std::memcmp(portable.data(), vector.data(), portable.size() * 4) == 0);
     }
+}
+
+TEST_CASE("linear over block matrices sharing an input equals one call per matrix, bit for bit", "[kernels][linear][ggml][shared]") {
+    ThreadPool pool(2);
+    const std::int64_t K = 512, T = 6;
+    // a mixed file's attention: q and k Q4_K, v Q6_K
+    const GgmlWeight q = make_ggml_weight(GgmlType::Q4_K, 40, K, 1), k = make_ggml_weight(GgmlType::Q4_K, 24, K, 2),
+                     v = make_ggml_weight(GgmlType::Q6_K, 24, K, 3);
+    const auto x = make_ggml_x(T, K, 4);
+    std::vector<float> yq(T * 40), yk(T * 24), yv(T * 24);
+    const LinearOut<float> outs[] = {{&q.view, {yq.data(), 40}}, {&k.view, {yk.data(), 24}}, {&v.view, {yv.data(), 24}}};
+    linear<float>(std::span<const LinearOut<float>>(outs), {x.data(), K}, T, pool);
+    for (const auto& [w, y] : {std::pair{&q, &yq}, std::pair{&k, &yk}, std::pair{&v, &yv}}) {
+        std::vector<float> alone(y->size());
+        linear<float>(w->view, {x.data(), K}, {alone.data(), w->view.rows()}, T, pool);
+        CHECK(std::memcmp(alone.data(), y->data(), alone.size() * 4) == 0);
+    }
+    const GgmlWeight narrow = make_ggml_weight(GgmlType::Q4_K, 8, 256, 5);
+    const detail::QuantTarget mixed[] = {{&q.view, {yq.data(), 40}}, {&narrow.view, {yk.data(), 8}}};
+    CHECK_THROWS_MATCHES(detail::linear_ggml(std::span<const detail::QuantTarget>(mixed), {x.data(), K}, T, pool), InvalidArgument,
+                         test::Has("'w' does not share the columns of 'w'"));
 }
 
 TEST_CASE("linear_ggml refuses rows that are not whole blocks", "[kernels][linear][ggml][errors]") {

@@ -5,6 +5,7 @@
 // load back bit for bit.
 #include <catch2/catch.hpp>
 
+#include <gemma4/detail/random.hpp>
 #include <gemma4/io/gguf_writer.hpp>
 #include <gemma4/io/safetensors_writer.hpp>
 #include <gemma4/model/gguf_export.hpp>
@@ -327,6 +328,52 @@ TEST_CASE("gguf: inconsistent files are errors naming the key, tensor or archite
     const auto junk = test::temp_dir("gguf_junk") / "x.gguf";
     std::ofstream(junk) << "{\"not\": \"gguf\"}";
     CHECK_THROWS_MATCHES(load_checkpoint(junk), FormatError, test::Has("bad magic"));
+}
+
+TEST_CASE("gguf: a block type other than Q8_0 / Q4_0 runs as stored, exports unchanged, and is checked", "[model][gguf]") {
+    using Kvs = std::vector<GgufKv>;
+    using Ts = std::vector<GgufTensorOut>;
+    // blk.4.attn_q.weight (64 rows of 64) as Q4_1: random codes, d 0.01, m -0.02
+    const auto as_q4_1 = [](Ts& t, int nan_row) {
+        auto& w = tensor(t, "blk.4.attn_q.weight");
+        w.type = GgmlType::Q4_1;
+        w.data.assign(64 * 2 * 20, '\0');
+        detail::SplitMix64 rng(9);
+        for (std::size_t b = 0; b < w.data.size() / 20; ++b) {
+            const std::uint16_t d = float_to_f16(0.01f), m = float_to_f16(-0.02f);
+            std::memcpy(w.data.data() + 20 * b, &d, 2);
+            std::memcpy(w.data.data() + 20 * b + 2, &m, 2);
+            for (int j = 4; j < 20; ++j) w.data[20 * b + static_cast<std::size_t>(j)] = static_cast<char>(rng.next() & 0xff);
+        }
+        if (nan_row >= 0) {  // the m of the row's second block
+            w.data[static_cast<std::size_t>(20 * (2 * nan_row + 1) + 2)] = '\x00';
+            w.data[static_cast<std::size_t>(20 * (2 * nan_row + 1) + 3)] = '\x7e';
+        }
+    };
+    const auto path = edited_fixture("q4_1", [&](Kvs&, Ts& t) { as_q4_1(t, -1); });
+    const Checkpoint ck = load_checkpoint(path);
+    const WeightView& q = ck.weights.layers[4].q_proj;
+    CHECK(q.dtype == DType::Ggml);
+    CHECK(q.ggml == GgmlType::Q4_1);
+    CHECK(q.size_bytes == 64 * 2 * 20);
+    const GgufFile f(path);
+    CHECK(std::memcmp(q.data, f.data(f.tensor("blk.4.attn_q.weight")), q.size_bytes) == 0);  // the file's blocks
+    // exported as the same blocks, so the file reads back bit for bit
+    const auto out = test::temp_dir("gguf_q4_1_export") / "out.gguf";
+    write_gguf_model(out, ck.config, ck.weights);
+    const GgufFile g(out);
+    const GgufTensorInfo& t = g.tensor("blk.4.attn_q.weight");
+    CHECK(t.type == GgmlType::Q4_1);
+    CHECK(std::memcmp(g.data(t), q.data, q.size_bytes) == 0);
+    const auto ids = fixture_ids();
+    CHECK(max_abs_diff(Model<double>::load(path, ModelOptions{2}).logits(ids).values, Model<double>::load(out, ModelOptions{2}).logits(ids).values) == 0.0);
+    // a safetensors checkpoint cannot hold the blocks: refused by name, not written as garbage
+    CHECK_THROWS_MATCHES(save_checkpoint(ck, test::temp_dir("gguf_q4_1_saved") / "ck"), InvalidArgument,
+                         test::Has("'model.layers.4.self_attn.q_proj.weight' holds GGUF Q4_1 blocks, which a safetensors checkpoint cannot hold"));
+    // a NaN m is a FormatError naming the tensor and row
+    const auto bad = edited_fixture("q4_1_nan", [&](Kvs&, Ts& t) { as_q4_1(t, 3); });
+    CHECK_THROWS_MATCHES(load_checkpoint(bad), FormatError,
+                         test::Has(bad.string()) && test::Has("tensor 'blk.4.attn_q.weight': row 3 has a non-finite block scale"));
 }
 
 TEST_CASE("gguf: a GGUF file's model saves as a checkpoint directory that loads the same", "[model][gguf]") {

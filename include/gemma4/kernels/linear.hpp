@@ -171,8 +171,9 @@ struct LinearOut {
 };
 
 /// linear for several matrices over the same input (attn.qkv_proj, mlp.gate_up). Q8/Q4 matrices
-/// of one dtype and block size share one quantization of x and one parallel region (each output bit-identical
-/// to its own call); other weights run one matrix after the other.
+/// of one dtype and block size share one quantization of x and one parallel region, GGUF block
+/// matrices (any mix of types) one quantization of x (each output bit-identical to its own call);
+/// other weights run one matrix after the other.
 template <class T>
 void linear(std::span<const LinearOut<T>> outs, Rows<const T> x, std::int64_t tokens, ThreadPool& pool) {
     if (outs.empty()) return;
@@ -185,6 +186,14 @@ void linear(std::span<const LinearOut<T>> outs, Rows<const T> x, std::int64_t to
             std::array<detail::QuantTarget, detail::kMaxQuantTargets> targets{};
             for (std::size_t i = 0; i < outs.size(); ++i) targets[i] = {outs[i].w, outs[i].y};
             return detail::linear_quant(std::span<const detail::QuantTarget>(targets.data(), outs.size()), x, tokens, pool);
+        }
+        const bool blocks = std::all_of(outs.begin(), outs.end(), [&](const LinearOut<T>& o) {
+            return o.w->dtype == DType::Ggml && o.w->cols() == w0.cols();
+        });
+        if (blocks && outs.size() <= detail::kMaxQuantTargets) {
+            std::array<detail::QuantTarget, detail::kMaxQuantTargets> targets{};
+            for (std::size_t i = 0; i < outs.size(); ++i) targets[i] = {outs[i].w, outs[i].y};
+            return detail::linear_ggml(std::span<const detail::QuantTarget>(targets.data(), outs.size()), x, tokens, pool);
         }
     }
     for (const LinearOut<T>& o : outs) linear<T>(*o.w, x, o.y, tokens, pool);

@@ -18,6 +18,7 @@
 #include <gemma4/kernels/cpu.hpp>
 #include <gemma4/kernels/isa/avx2.hpp>
 #include <gemma4/kernels/isa/ggml_avx2.hpp>
+#include <gemma4/kernels/linear_quant.hpp>
 #include <gemma4/kernels/quant_acts.hpp>
 #include <gemma4/kernels/rows.hpp>
 #include <gemma4/kernels/thread_pool.hpp>
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,17 +67,22 @@ inline constexpr std::int64_t kGgmlStreamChunkBytes = std::int64_t{2} << 20;
 /// Rows decoded at a time: each is then used by every token of the call.
 inline constexpr std::int64_t kGgmlRowTile = 8;
 
-/// y[t, n] = Σ_k x[t, k] · w[n, k] for w of a GGUF block type (DType::Ggml) and float x.
+/// y_i[t, n] = Σ_k x[t, k] · w_i[n, k] for matrices w_i of GGUF block types (DType::Ggml; any
+/// mix of types) with one column count, and float x: x is quantized once for all of them.
 /// `vector` picks the AVX2 kernel (which needs the level) over the portable loops.
-inline void linear_ggml(const WeightView& w, Rows<const float> x, Rows<float> y, std::int64_t tokens, ThreadPool& pool,
+inline void linear_ggml(std::span<const QuantTarget> targets, Rows<const float> x, std::int64_t tokens, ThreadPool& pool,
                         bool vector = active_isa() >= Isa::Avx2) {
-    const std::int64_t N = w.rows(), K = w.cols();
-    const ggml::BlockDecoder dec = ggml::block_decoder(w.ggml);
-    if (K % dec.values != 0)
-        throw ShapeError("linear: '" + w.name + "' has rows of " + std::to_string(K) + " values, not a multiple of its " +
-                         std::string(ggml_type_name(w.ggml)) + " blocks of " + std::to_string(dec.values));
-    const std::int64_t blocks = K / 32, row_bytes = w.ggml_row_bytes();
-    const bool mins = ggml_has_mins(w.ggml);
+    if (targets.empty()) return;
+    const std::int64_t K = targets.front().w->cols();
+    for (const QuantTarget& t : targets) {
+        const WeightView& w = *t.w;
+        const std::int64_t values = ggml::block_decoder(w.ggml).values;
+        if (w.cols() != K)
+            throw InvalidArgument("linear_ggml: '" + w.name + "' does not share the columns of '" + targets.front().w->name + "'");
+        if (K % values != 0)
+            throw ShapeError("linear: '" + w.name + "' has rows of " + std::to_string(K) + " values, not a multiple of its " +
+                             std::string(ggml_type_name(w.ggml)) + " blocks of " + std::to_string(values));
+    }
     thread_local GgmlActs acts;
     GgmlActs& a = acts;  // the caller's, also in the lambdas below
     shape_ggml_acts(tokens, K, a);
@@ -85,29 +92,43 @@ inline void linear_ggml(const WeightView& w, Rows<const float> x, Rows<float> y,
     };
     if (tokens == 1) quantize(0, 1);
     else pool.parallel_for(tokens, quantize);
-    // One token streams the rows (chunks of about 2 MiB, as linear_quant); several share each
-    // decoded tile of rows, so smaller chunks balance the threads.
-    const std::int64_t grain = tokens > 1 ? kGgmlRowTile
-                                          : std::clamp<std::int64_t>(kGgmlStreamChunkBytes / std::max<std::int64_t>(row_bytes, 1), kGgmlRowTile,
-                                                                     std::max<std::int64_t>(kGgmlRowTile, N / pool.size()));
-    pool.parallel_chunks(
-        N,
-        [&](std::int64_t n0, std::int64_t n1) {
-            thread_local ggml::IntBlockBuffer buffer;
-            const ggml::IntBlocks tile = buffer.view(kGgmlRowTile * blocks);
-            for (std::int64_t r0 = n0; r0 < n1; r0 += kGgmlRowTile) {
-                const std::int64_t rows = std::min(kGgmlRowTile, n1 - r0);
-                for (std::int64_t r = 0; r < rows; ++r) ggml::decode_row(dec, w.data + (r0 + r) * row_bytes, K, tile.at(r * blocks));
-                for (std::int64_t t = 0; t < tokens; ++t) {
-                    const GgmlTokenActs xt = a.token(t);
-                    float* out = y.row(t) + r0;
-                    for (std::int64_t r = 0; r < rows; ++r)
-                        out[r] = vector ? ggml_avx2::row_dot(tile.at(r * blocks), blocks, xt, mins)
-                                        : ggml_row_dot_portable(tile.at(r * blocks), blocks, xt, mins);
+    const std::int64_t blocks = K / 32;
+    for (const QuantTarget& target : targets) {
+        const WeightView& w = *target.w;
+        const ggml::BlockDecoder dec = ggml::block_decoder(w.ggml);
+        const std::int64_t N = w.rows(), row_bytes = w.ggml_row_bytes();
+        const bool mins = ggml_has_mins(w.ggml);
+        // One token streams the rows (chunks of about 2 MiB, as linear_quant); several share each
+        // decoded tile of rows, so smaller chunks balance the threads.
+        const std::int64_t grain = tokens > 1 ? kGgmlRowTile
+                                              : std::clamp<std::int64_t>(kGgmlStreamChunkBytes / std::max<std::int64_t>(row_bytes, 1), kGgmlRowTile,
+                                                                         std::max<std::int64_t>(kGgmlRowTile, N / pool.size()));
+        pool.parallel_chunks(
+            N,
+            [&](std::int64_t n0, std::int64_t n1) {
+                thread_local ggml::IntBlockBuffer buffer;
+                const ggml::IntBlocks tile = buffer.view(kGgmlRowTile * blocks);
+                for (std::int64_t r0 = n0; r0 < n1; r0 += kGgmlRowTile) {
+                    const std::int64_t rows = std::min(kGgmlRowTile, n1 - r0);
+                    for (std::int64_t r = 0; r < rows; ++r) ggml::decode_row(dec, w.data + (r0 + r) * row_bytes, K, tile.at(r * blocks));
+                    for (std::int64_t t = 0; t < tokens; ++t) {
+                        const GgmlTokenActs xt = a.token(t);
+                        float* out = target.y.row(t) + r0;
+                        for (std::int64_t r = 0; r < rows; ++r)
+                            out[r] = vector ? ggml_avx2::row_dot(tile.at(r * blocks), blocks, xt, mins)
+                                            : ggml_row_dot_portable(tile.at(r * blocks), blocks, xt, mins);
+                    }
                 }
-            }
-        },
-        std::max<std::int64_t>(grain, N / (16 * pool.size())));
+            },
+            std::max<std::int64_t>(grain, N / (16 * pool.size())));
+    }
+}
+
+/// y[t, n] = Σ_k x[t, k] · w[n, k] for w of a GGUF block type (DType::Ggml) and float x.
+inline void linear_ggml(const WeightView& w, Rows<const float> x, Rows<float> y, std::int64_t tokens, ThreadPool& pool,
+                        bool vector = active_isa() >= Isa::Avx2) {
+    const QuantTarget target{&w, y};
+    linear_ggml(std::span<const QuantTarget>(&target, 1), x, tokens, pool, vector);
 }
 
 }  // namespace gemma4::detail

@@ -319,10 +319,8 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
             const ggml::BlockDecoder dec = ggml::block_decoder(t->type);
             std::atomic<std::int64_t> bad_row{-1};
             pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
-                ggml::IntBlockBuffer buffer;
-                const ggml::IntBlocks scratch = buffer.view(cols / 32);
                 for (std::int64_t r = r0; r < r1; ++r)
-                    if (!ggml::finite_scales(dec, src + r * src_row, cols, scratch)) bad_row = r;
+                    if (!ggml::finite_scales(dec, src + r * src_row, cols)) bad_row = r;
             }, 16);
             if (bad_row >= 0) throw FormatError(where + ": row " + std::to_string(bad_row.load()) + " has a non-finite block scale");
             v.dtype = DType::Ggml;

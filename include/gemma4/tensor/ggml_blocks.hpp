@@ -262,22 +262,24 @@ struct BlockDecoder {
     void (*decode)(const std::byte*, const IntBlocks&);
     std::int64_t values;  ///< per stored block: 32 or 256
     std::int64_t bytes;   ///< per stored block
+    /// Where the block keeps its f16 scales (d, then dmin or m), bytes from its start; −1: none.
+    std::array<int, 2> f16_scales;
 };
 
 inline BlockDecoder block_decoder(GgmlType t) {
     switch (t) {
-        case GgmlType::Q8_0: return {decode_q8_0, 32, 34};
-        case GgmlType::Q4_0: return {decode_q4_0, 32, 18};
-        case GgmlType::Q4_1: return {decode_q4_1, 32, 20};
-        case GgmlType::Q5_0: return {decode_q5_0, 32, 22};
-        case GgmlType::Q5_1: return {decode_q5_1, 32, 24};
-        case GgmlType::IQ4_NL: return {decode_iq4_nl, 32, 18};
-        case GgmlType::Q2_K: return {decode_q2_k, 256, 84};
-        case GgmlType::Q3_K: return {decode_q3_k, 256, 110};
-        case GgmlType::Q4_K: return {decode_q4_k, 256, 144};
-        case GgmlType::Q5_K: return {decode_q5_k, 256, 176};
-        case GgmlType::Q6_K: return {decode_q6_k, 256, 210};
-        case GgmlType::IQ4_XS: return {decode_iq4_xs, 256, 136};
+        case GgmlType::Q8_0: return {decode_q8_0, 32, 34, {0, -1}};
+        case GgmlType::Q4_0: return {decode_q4_0, 32, 18, {0, -1}};
+        case GgmlType::Q4_1: return {decode_q4_1, 32, 20, {0, 2}};
+        case GgmlType::Q5_0: return {decode_q5_0, 32, 22, {0, -1}};
+        case GgmlType::Q5_1: return {decode_q5_1, 32, 24, {0, 2}};
+        case GgmlType::IQ4_NL: return {decode_iq4_nl, 32, 18, {0, -1}};
+        case GgmlType::Q2_K: return {decode_q2_k, 256, 84, {80, 82}};
+        case GgmlType::Q3_K: return {decode_q3_k, 256, 110, {108, -1}};
+        case GgmlType::Q4_K: return {decode_q4_k, 256, 144, {0, 2}};
+        case GgmlType::Q5_K: return {decode_q5_k, 256, 176, {0, 2}};
+        case GgmlType::Q6_K: return {decode_q6_k, 256, 210, {208, -1}};
+        case GgmlType::IQ4_XS: return {decode_iq4_xs, 256, 136, {0, -1}};
         default: break;
     }
     throw ShapeError("ggml type " + std::string(ggml_type_name(t)) + " is not a block type the library runs (it runs " +
@@ -322,12 +324,12 @@ inline void dequantize_row(GgmlType t, const std::byte* src, std::int64_t n, T* 
     }
 }
 
-/// Whether every scale of a row of block type `t` is finite (a NaN or infinite f16 d or dmin
-/// would give non-finite outputs from finite inputs).
-inline bool finite_scales(const BlockDecoder& dec, const std::byte* src, std::int64_t n, const IntBlocks& scratch) {
-    decode_row(dec, src, n, scratch);
-    for (std::int64_t b = 0; b < n / 32; ++b)
-        if (!std::isfinite(scratch.d[b]) || !std::isfinite(scratch.dmin[b])) return false;
+/// Whether every f16 scale of a row of `n` values (a NaN or infinite d, dmin or m would give
+/// non-finite outputs from finite inputs) is finite: the scales are read in place, nothing decoded.
+inline bool finite_scales(const BlockDecoder& dec, const std::byte* src, std::int64_t n) {
+    for (std::int64_t b = 0; b < n / dec.values; ++b)
+        for (const int at : dec.f16_scales)
+            if (at >= 0 && (read_u16(src + b * dec.bytes + at) & 0x7c00u) == 0x7c00u) return false;
     return true;
 }
 
