@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -183,11 +184,15 @@ TEST_CASE("the Engine's decode step allocates nothing after warm-up, at batch 1 
                     INFO((model == &models().bf16 ? "bf16" : "int8") << " weights, " << (kv == KVDtype::Int8 ? "int8" : "float") << " KV, batch "
                                                                       << batch << (chain ? ", the whole sampler chain" : ""));
                     Marks marks;
-                    std::atomic<bool> measuring{false};
+                    std::atomic<bool> measuring{false}, submitting{false};
                     marks.at.reserve(4 * kTokens);
                     Engine<float> engine(*model, nullptr,
                                          {.max_sequences = 16, .kv_dtype = kv, .prefix_cache_entries = 0, .on_step = [&](const EngineStepInfo& s) {
                                               if (measuring && s.prefill_tokens == 0 && s.sequences == batch) marks.mark();
+                                              // The scheduler waits while requests are still being submitted,
+                                              // so that all of them decode together (on a busy machine this
+                                              // thread could otherwise submit the last after the first finished).
+                                              while (submitting) std::this_thread::yield();
                                           }});
                     auto run = [&] {
                         // Everything this thread allocates comes before the first submit: it may
@@ -199,7 +204,9 @@ TEST_CASE("the Engine's decode step allocates nothing after warm-up, at batch 1 
                         }
                         std::vector<RequestHandle> handles;
                         handles.reserve(requests.size());
+                        submitting = true;
                         for (auto& request : requests) handles.push_back(engine.submit(std::move(request)));
+                        submitting = false;
                         for (const RequestHandle& h : handles) REQUIRE(h.wait().ids.size() == static_cast<std::size_t>(kTokens));
                     };
                     run();  // warm-up

@@ -193,7 +193,7 @@ TEST_CASE("mmproj: every tensor equals its dequantized counterpart in the checkp
     }
 }
 
-TEST_CASE("mmproj: an image and an audio prompt give the checkpoint's logits (f64 to 1e-12; f32 close)", "[model][gguf][mmproj]") {
+TEST_CASE("mmproj: an image and an audio prompt give the checkpoint's logits (f64 to 1e-12, f32 close)", "[model][gguf][mmproj]") {
     for (const auto& type : kTypes) {
         INFO(type);
         // The checkpoint's text matrices re-encoded as int8 are the file's Q8_0 blocks again
@@ -228,25 +228,8 @@ using MmKvs = std::vector<GgufKv>;
 using MmTs = std::vector<GgufTensorOut>;
 
 /// A copy of the f32 mmproj with `edit` applied.
-std::filesystem::path edited_mmproj(const std::string& label, const std::function<void(MmKvs&, MmTs&)>& edit) {
-    const GgufFile f(test::mmproj_fixture("f32"));
-    auto kvs = gguf_kvs_of(f);
-    auto tensors = gguf_tensors_of(f);
-    edit(kvs, tensors);
-    const auto path = test::temp_dir("mmproj_edit") / (label + ".gguf");
-    write_gguf(path, kvs, tensors);
-    return path;
-}
-
-GgufKv& mm_key(MmKvs& kvs, const std::string& name) {
-    for (auto& kv : kvs)
-        if (kv.key == name) return kv;
-    throw std::runtime_error("test: no key " + name);
-}
-GgufTensorOut& mm_tensor(MmTs& ts, const std::string& name) {
-    for (auto& t : ts)
-        if (t.name == name) return t;
-    throw std::runtime_error("test: no tensor " + name);
+std::filesystem::path edited_mmproj(const std::string& label, const test::GgufEdit& edit) {
+    return test::edited_gguf(test::mmproj_fixture("f32"), "mmproj_edit", label, edit);
 }
 
 template <class E>
@@ -267,22 +250,22 @@ TEST_CASE("mmproj: a file that is not an mmproj, or does not fit the text model,
     const auto junk = test::temp_dir("mmproj_junk") / "junk.gguf";
     std::ofstream(junk) << "{\"not\": \"gguf\"}";
     check_error<FormatError>("junk", text, junk, "bad magic");
-    check_error<FormatError>("type", text, edited_mmproj("type", [](MmKvs& k, MmTs&) { mm_key(k, "general.type") = gguf_string("general.type", "model"); }),
+    check_error<FormatError>("type", text, edited_mmproj("type", [](MmKvs& k, MmTs&) { test::gguf_key(k, "general.type") = gguf_string("general.type", "model"); }),
                              "general.type 'model'");
     check_error<ConfigError>("vision projector", text,
-                             edited_mmproj("vproj", [](MmKvs& k, MmTs&) { mm_key(k, "clip.vision.projector_type") = gguf_string("clip.vision.projector_type", "gemma3"); }),
+                             edited_mmproj("vproj", [](MmKvs& k, MmTs&) { test::gguf_key(k, "clip.vision.projector_type") = gguf_string("clip.vision.projector_type", "gemma3"); }),
                              "clip.vision.projector_type is 'gemma3'; Gemma 4 unified's is 'gemma4uv'");
     check_error<ConfigError>("audio projector", text,
-                             edited_mmproj("aproj", [](MmKvs& k, MmTs&) { mm_key(k, "clip.audio.projector_type") = gguf_string("clip.audio.projector_type", "gemma4a"); }),
+                             edited_mmproj("aproj", [](MmKvs& k, MmTs&) { test::gguf_key(k, "clip.audio.projector_type") = gguf_string("clip.audio.projector_type", "gemma4a"); }),
                              "clip.audio.projector_type is 'gemma4a'; Gemma 4 unified's is 'gemma4ua'");
 
     // Widths against the text model
     check_error<ShapeError>("projection_dim", text,
-                            edited_mmproj("pdim", [](MmKvs& k, MmTs&) { mm_key(k, "clip.vision.projection_dim") = gguf_uint32("clip.vision.projection_dim", 32); }),
+                            edited_mmproj("pdim", [](MmKvs& k, MmTs&) { test::gguf_key(k, "clip.vision.projection_dim") = gguf_uint32("clip.vision.projection_dim", 32); }),
                             "clip.vision.projection_dim is 32 but the text model's hidden size (gemma4.embedding_length) is 64");
     check_error<ShapeError>("projection width", text, edited_mmproj("pwidth", [](MmKvs& k, MmTs& t) {
         k.erase(std::find_if(k.begin(), k.end(), [](const GgufKv& kv) { return kv.key == "clip.audio.projection_dim"; }));
-        auto& w = mm_tensor(t, "mm.a.input_projection.weight");
+        auto& w = test::gguf_tensor(t, "mm.a.input_projection.weight");
         w.ne = {640, 32};
         w.data.resize(640 * 32 * 4);
     }), "tensor 'mm.a.input_projection.weight' has ne [640, 32]: it does not project to the text model's hidden size 64");
@@ -293,19 +276,19 @@ TEST_CASE("mmproj: a file that is not an mmproj, or does not fit the text model,
 
     // Keys and tensors against each other
     check_error<ShapeError>("patch size", text,
-                            edited_mmproj("patch", [](MmKvs& k, MmTs&) { mm_key(k, "clip.vision.patch_size") = gguf_uint32("clip.vision.patch_size", 3); }),
+                            edited_mmproj("patch", [](MmKvs& k, MmTs&) { test::gguf_key(k, "clip.vision.patch_size") = gguf_uint32("clip.vision.patch_size", 3); }),
                             "tensor 'v.patch_norm.1.weight' has ne [108]; the metadata implies ne [243]");
     check_error<ShapeError>("missing", text,
                             edited_mmproj("missing", [](MmKvs&, MmTs& t) { std::erase_if(t, [](const GgufTensorOut& x) { return x.name == "v.patch_norm.3.bias"; }); }),
                             "missing tensor 'v.patch_norm.3.bias'");
     check_error<ShapeError>("unexpected", text, edited_mmproj("unexpected", [](MmKvs&, MmTs& t) {
-        auto extra = mm_tensor(t, "v.patch_embd.bias");
+        auto extra = test::gguf_tensor(t, "v.patch_embd.bias");
         extra.name = "v.blk.0.attn_q.bias";
         t.push_back(extra);
     }), "unexpected tensor 'v.blk.0.attn_q.bias'");
     check_error<ConfigError>("image_mean", text, edited_mmproj("mean", [](MmKvs& k, MmTs&) {
         const float mean[3] = {0.5f, 0.5f, 0.5f};
-        mm_key(k, "clip.vision.image_mean") = gguf_array("clip.vision.image_mean", GgufValueType::Float32, 3,
+        test::gguf_key(k, "clip.vision.image_mean") = gguf_array("clip.vision.image_mean", GgufValueType::Float32, 3,
                                                       std::string_view(reinterpret_cast<const char*>(mean), sizeof mean));
     }), "'clip.vision.image_mean': must be all 0");
 

@@ -64,33 +64,18 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 }
 
 /// A copy of the q8_0 fixture with `edit` applied to its keys and tensors.
-std::filesystem::path edited_fixture(const std::string& label,
-                                     const std::function<void(std::vector<GgufKv>&, std::vector<GgufTensorOut>&)>& edit) {
-    const GgufFile f(test::repo_gguf_dir() / "tiny-gemma4-q8_0.gguf");
-    auto kvs = gguf_kvs_of(f);
-    auto tensors = gguf_tensors_of(f);
-    edit(kvs, tensors);
-    const auto path = test::temp_dir("gguf_edit") / (label + ".gguf");
-    write_gguf(path, kvs, tensors);
-    return path;
+std::filesystem::path edited_fixture(const std::string& label, const test::GgufEdit& edit) {
+    return test::edited_gguf(test::repo_gguf_dir() / "tiny-gemma4-q8_0.gguf", "gguf_edit", label, edit);
 }
 
-GgufKv& key(std::vector<GgufKv>& kvs, const std::string& name) {
-    for (auto& kv : kvs)
-        if (kv.key == name) return kv;
-    throw std::runtime_error("test: no key " + name);
-}
+GgufKv& key(std::vector<GgufKv>& kvs, const std::string& name) { return test::gguf_key(kvs, name); }
 void drop_key(std::vector<GgufKv>& kvs, const std::string& name) {
     std::erase_if(kvs, [&](const GgufKv& kv) { return kv.key == name; });
 }
 void drop_tensor(std::vector<GgufTensorOut>& ts, const std::string& name) {
     std::erase_if(ts, [&](const GgufTensorOut& t) { return t.name == name; });
 }
-GgufTensorOut& tensor(std::vector<GgufTensorOut>& ts, const std::string& name) {
-    for (auto& t : ts)
-        if (t.name == name) return t;
-    throw std::runtime_error("test: no tensor " + name);
-}
+GgufTensorOut& tensor(std::vector<GgufTensorOut>& ts, const std::string& name) { return test::gguf_tensor(ts, name); }
 
 }  // namespace
 

@@ -9,7 +9,10 @@
 #include <gemma4/model/gguf_checkpoint.hpp>
 #include <gemma4/model/gguf_mmproj.hpp>
 
+#include "support/temp_dir.hpp"
+
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -24,6 +27,33 @@ inline std::filesystem::path shared_gguf_dir() { return std::filesystem::path(GE
 inline std::filesystem::path gguf_fixture(const std::string& name) {
     const auto repo = repo_gguf_dir() / (name + ".gguf");
     return std::filesystem::exists(repo) ? repo : shared_gguf_dir() / (name + ".gguf");
+}
+
+/// An edit of a GGUF file's keys and tensors (edited_gguf).
+using GgufEdit = std::function<void(std::vector<GgufKv>&, std::vector<GgufTensorOut>&)>;
+
+/// A copy of the GGUF file `source` with `edit` applied, as `label`.gguf in the scratch folder `folder`.
+inline std::filesystem::path edited_gguf(const std::filesystem::path& source, const std::string& folder, const std::string& label,
+                                         const GgufEdit& edit) {
+    const GgufFile f(source);
+    auto kvs = gguf_kvs_of(f);
+    auto tensors = gguf_tensors_of(f);
+    edit(kvs, tensors);
+    const auto path = temp_dir(folder) / (label + ".gguf");
+    write_gguf(path, kvs, tensors);
+    return path;
+}
+
+/// The key or tensor `name` of an edit's lists.
+inline GgufKv& gguf_key(std::vector<GgufKv>& kvs, const std::string& name) {
+    for (auto& kv : kvs)
+        if (kv.key == name) return kv;
+    throw std::runtime_error("test: no key " + name);
+}
+inline GgufTensorOut& gguf_tensor(std::vector<GgufTensorOut>& ts, const std::string& name) {
+    for (auto& t : ts)
+        if (t.name == name) return t;
+    throw std::runtime_error("test: no tensor " + name);
 }
 
 /// The fixtures carried in the repository.
