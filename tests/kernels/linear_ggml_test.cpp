@@ -1,6 +1,7 @@
 // kernels/linear_ggml.hpp: GGUF block types run as stored. Each type's rows of random blocks
-// (valid f16 scales) against the formula in double, the portable loops against the AVX2 kernel
-// bit for bit, and the outputs' independence of thread count and token grouping.
+// (valid f16 scales) against the formula in double, the vector decoders against the portable
+// ones byte for byte, every level's kernel against the portable loops bit for bit, and the
+// outputs' independence of thread count and token grouping.
 #include <catch2/catch.hpp>
 
 #include <gemma4/kernels/linear.hpp>
@@ -56,22 +57,32 @@ std::vector<float> make_ggml_x(std::int64_t T, std::int64_t K, std::uint64_t see
     return x;
 }
 
-std::vector<float> run_ggml(const WeightView& w, const std::vector<float>& x, std::int64_t T, ThreadPool& pool, bool vector) {
+std::vector<float> run_ggml(const WeightView& w, const std::vector<float>& x, std::int64_t T, ThreadPool& pool, Isa level) {
     std::vector<float> y(static_cast<std::size_t>(T * w.rows()));
-    detail::linear_ggml(w, {x.data(), w.cols()}, {y.data(), w.rows()}, T, pool, vector);
+    detail::linear_ggml(w, {x.data(), w.cols()}, {y.data(), w.rows()}, T, pool, level);
     return y;
+}
+
+/// The vector levels this CPU runs.
+std::vector<Isa> vector_levels() {
+    std::vector<Isa> levels;
+    for (Isa level : {Isa::Avx2, Isa::Avx512})
+        if (active_isa() >= level) levels.push_back(level);
+    return levels;
 }
 
 }  // namespace
 
 TEST_CASE("linear_ggml: every block type equals its formula on the int8 activations, in double", "[kernels][linear][ggml]") {
     ThreadPool pool(2);
-    const std::int64_t N = 37, K = 512, T = 5;  // N not a multiple of the row tile
+    const std::int64_t N = 37, T = 5;  // N not a multiple of the row tile
     for (GgmlType t : kTypes) {
         INFO(ggml_type_name(t));
+        // the 32-value types also with rows that end in a part of a group of 8 blocks
+        const std::int64_t K = ggml::block_decoder(t).values == 32 ? 416 : 512;
         const GgmlWeight w = make_ggml_weight(t, N, K, 11);
         const auto x = make_ggml_x(T, K, 12);
-        const auto y = run_ggml(w.view, x, T, pool, false);
+        const auto y = run_ggml(w.view, x, T, pool, Isa::Baseline);
         // the reference: the exactly dequantized weights times the activations as the kernel
         // quantizes them (per 32, quant_acts.hpp), summed in double
         detail::QuantActs a;
@@ -112,12 +123,14 @@ TEST_CASE("linear_ggml is bit-identical for any thread count and token grouping"
         INFO(ggml_type_name(t));
         const GgmlWeight w = make_ggml_weight(t, N, K, 3);
         const auto x = make_ggml_x(T, K, 4);
-        for (bool vector : {false, true}) {
-            if (vector && active_isa() < Isa::Avx2) continue;
-            const auto a = run_ggml(w.view, x, T, one, vector), b = run_ggml(w.view, x, T, two, vector), c = run_ggml(w.view, x, T, three, vector);
+        std::vector<Isa> levels = vector_levels();
+        levels.push_back(Isa::Baseline);
+        for (Isa level : levels) {
+            INFO(isa_name(level));
+            const auto a = run_ggml(w.view, x, T, one, level), b = run_ggml(w.view, x, T, two, level), c = run_ggml(w.view, x, T, three, level);
             std::vector<float> d(a.size());
             for (std::int64_t tok = 0; tok < T; ++tok)  // token by token, as in decode
-                detail::linear_ggml(w.view, {x.data() + tok * K, K}, {d.data() + tok * N, N}, 1, two, vector);
+                detail::linear_ggml(w.view, {x.data() + tok * K, K}, {d.data() + tok * N, N}, 1, two, level);
             CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
             CHECK(std::memcmp(a.data(), c.data(), a.size() * 4) == 0);
             CHECK(std::memcmp(a.data(), d.data(), a.size() * 4) == 0);
@@ -125,16 +138,47 @@ TEST_CASE("linear_ggml is bit-identical for any thread count and token grouping"
     }
 }
 
-TEST_CASE("avx2 path: linear_ggml equals the portable loops bit for bit", "[kernels][linear][ggml][isa][avx2]") {
-    if (const auto why = test::level_unavailable(Isa::Avx2); !why.empty()) GEMMA4_SKIP(why);
+namespace {
+
+/// Every type's decoder of `level` (where it has one) writes the portable decoder's bytes, and
+/// its linear_ggml the portable loops' bits, one token (the streamed stretches) and several.
+void check_level_equals_portable(Isa level) {
     ThreadPool pool(2);
     for (GgmlType t : kTypes) {
         INFO(ggml_type_name(t));
-        const GgmlWeight w = make_ggml_weight(t, 45, 1024, 5);
-        const auto x = make_ggml_x(7, 1024, 6);
-        const auto portable = run_ggml(w.view, x, 7, pool, false), vector = run_ggml(w.view, x, 7, pool, true);
-        CHECK(std::memcmp(portable.data(), vector.data(), portable.size() * 4) == 0);
+        const std::int64_t K = ggml::block_decoder(t).values == 32 ? 4192 : 4352;  // more than one stretch, the last partial
+        const GgmlWeight w = make_ggml_weight(t, 45, K, 5);
+        const detail::GgmlRows portable_rows(w.view, Isa::Baseline), vector_rows(w.view, level);
+        ggml::IntBlockBuffer pb, vb;
+        const ggml::IntBlocks p = pb.view(8 * portable_rows.groups), v = vb.view(8 * vector_rows.groups);
+        for (std::int64_t r = 0; r < 3; ++r) {
+            portable_rows.decode(r, 0, portable_rows.groups, p);
+            vector_rows.decode(r, 0, vector_rows.groups, v);
+            const auto n = static_cast<std::size_t>(8 * portable_rows.groups);
+            CHECK(std::memcmp(p.codes, v.codes, 32 * n) == 0);
+            CHECK(std::memcmp(p.scale, v.scale, 4 * n) == 0);
+            CHECK(std::memcmp(p.min, v.min, 4 * n) == 0);
+            CHECK(std::memcmp(p.d, v.d, 4 * n) == 0);
+            CHECK(std::memcmp(p.dmin, v.dmin, 4 * n) == 0);
+        }
+        for (const std::int64_t T : {1, 7}) {
+            const auto x = make_ggml_x(T, K, 6);
+            const auto portable = run_ggml(w.view, x, T, pool, Isa::Baseline), vector = run_ggml(w.view, x, T, pool, level);
+            CHECK(std::memcmp(portable.data(), vector.data(), portable.size() * 4) == 0);
+        }
     }
+}
+
+}  // namespace
+
+TEST_CASE("avx2 path: linear_ggml's decoders and kernel equal the portable ones bit for bit", "[kernels][linear][ggml][isa][avx2]") {
+    if (const auto why = test::level_unavailable(Isa::Avx2); !why.empty()) GEMMA4_SKIP(why);
+    check_level_equals_portable(Isa::Avx2);
+}
+
+TEST_CASE("avx512 path: linear_ggml's kernel equals the portable loops bit for bit", "[kernels][linear][ggml][isa][avx512]") {
+    if (const auto why = test::level_unavailable(Isa::Avx512); !why.empty()) GEMMA4_SKIP(why);
+    check_level_equals_portable(Isa::Avx512);
 }
 
 TEST_CASE("linear over block matrices sharing an input equals one call per matrix, bit for bit", "[kernels][linear][ggml][shared]") {

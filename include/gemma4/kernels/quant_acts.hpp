@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace gemma4::inline GEMMA4_ABI::detail {
@@ -76,27 +78,61 @@ inline void quantize_activations(Rows<const float> x, std::int64_t t0, std::int6
     quantize_activations(x, t0, t1, a, quantize_row_portable);
 }
 
-/// One token's activations as linear_ggml reads them (blocks of 32).
+/// Values per group of linear_ggml's kernels: 8 blocks of 32, a K-quant super-block. Rows and
+/// activations are padded with zero blocks to whole groups.
+inline constexpr std::int64_t kGgmlGroup = 256;
+
+/// One token's activations as linear_ggml reads them (blocks of 32, zero past the columns up to a
+/// whole group).
 struct GgmlTokenActs {
     const std::int8_t* q;
-    const float* scale;
-    const std::int32_t* sum;   ///< Σ q over each block
-    const std::int32_t* half;  ///< Σ q over the first 16 of each block (the block types' sub-blocks of 16)
+    const float* scale;          ///< per block
+    const std::int16_t* halves;  ///< 2 per block: Σ q over its values 0–15 and over 16–31
+    /// Per 4 values: −offset · Σ q over them, for the code offset the call asked for (the start
+    /// value of vpdpbusd, which multiplies the unsigned codes); null for offset 0.
+    const std::int32_t* start;
 };
 
-/// The activations of a linear_ggml call: QuantActs in blocks of 32, and the half-block sums.
+/// The lanes of one row's linear_ggml dot product in progress (kernels/linear_ggml.hpp): 16 of
+/// the codes' terms (lane 8·(b mod 2) + j for columns 4j … 4j + 3 of block b), 8 of the mins'.
+struct GgmlLanes {
+    float acc[16] = {};
+    float off[8] = {};
+};
+
+/// The activations of a linear_ggml call: QuantActs in blocks of 32 (padded to whole groups),
+/// the half-block sums, and the start values of the code offsets asked for.
 struct GgmlActs {
     QuantActs acts;
-    std::vector<std::int32_t> half;  ///< [tokens, blocks]
+    std::vector<std::int16_t> halves;  ///< [tokens, 2 · blocks]
+    std::vector<std::pair<int, std::vector<std::int32_t>>> starts;  ///< offset, [tokens, padded / 4]
 
-    GgmlTokenActs token(std::int64_t t) const {
-        return {acts.q_row(t), acts.scale_row(t), acts.sum_row(t), half.data() + t * acts.blocks};
+    GgmlTokenActs token(std::int64_t t, int offset = 0) const {
+        const std::int32_t* start = nullptr;
+        for (const auto& [o, values] : starts)
+            if (o == offset && offset != 0) start = values.data() + t * (acts.padded / 4);
+        return {acts.q_row(t), acts.scale_row(t), halves.data() + t * 2 * acts.blocks, start};
     }
 };
 
-inline void shape_ggml_acts(std::int64_t tokens, std::int64_t cols, GgmlActs& a) {
+/// Sizes `a` for tokens × cols and the code offsets `offsets` (each nonzero one gets start values).
+inline void shape_ggml_acts(std::int64_t tokens, std::int64_t cols, std::span<const int> offsets, GgmlActs& a) {
     shape_activations(tokens, cols, 32, a.acts);
-    a.half.resize(static_cast<std::size_t>(tokens * a.acts.blocks));
+    a.acts.padded = (cols + kGgmlGroup - 1) / kGgmlGroup * kGgmlGroup;
+    a.acts.blocks = a.acts.padded / 32;
+    a.acts.q.resize(static_cast<std::size_t>(tokens * a.acts.padded));
+    a.acts.scale.resize(static_cast<std::size_t>(tokens * a.acts.blocks));
+    a.acts.sum.resize(static_cast<std::size_t>(tokens * a.acts.blocks));
+    a.halves.resize(static_cast<std::size_t>(tokens * 2 * a.acts.blocks));
+    std::size_t n = 0;
+    for (const int o : offsets) {
+        if (o == 0) continue;
+        if (a.starts.size() <= n) a.starts.emplace_back();
+        a.starts[n].first = o;
+        a.starts[n].second.resize(static_cast<std::size_t>(tokens * a.acts.padded / 4));
+        ++n;
+    }
+    a.starts.resize(n);
 }
 
 /// Tokens [t0, t1) of x into `a` (shaped by shape_ggml_acts), a row at a time with `row` as
@@ -104,13 +140,19 @@ inline void shape_ggml_acts(std::int64_t tokens, std::int64_t cols, GgmlActs& a)
 template <class RowFn>
 inline void quantize_ggml_acts(Rows<const float> x, std::int64_t t0, std::int64_t t1, GgmlActs& a, RowFn row) {
     quantize_activations(x, t0, t1, a.acts, row);
+    const std::int64_t words = a.acts.padded / 4;
     for (std::int64_t t = t0; t < t1; ++t) {
         const std::int8_t* q = a.acts.q_row(t);
-        std::int32_t* half = a.half.data() + t * a.acts.blocks;
+        std::int16_t* halves = a.halves.data() + t * 2 * a.acts.blocks;
         for (std::int64_t b = 0; b < a.acts.blocks; ++b) {
-            std::int32_t s = 0;
-            for (int i = 0; i < 16; ++i) s += q[32 * b + i];
-            half[b] = s;
+            std::int32_t h = 0;
+            for (int i = 0; i < 16; ++i) h += q[32 * b + i];
+            halves[2 * b] = static_cast<std::int16_t>(h);
+            halves[2 * b + 1] = static_cast<std::int16_t>(a.acts.sum_row(t)[b] - h);
+        }
+        for (auto& [offset, values] : a.starts) {
+            std::int32_t* start = values.data() + t * words;
+            for (std::int64_t w = 0; w < words; ++w) start[w] = -offset * (q[4 * w] + q[4 * w + 1] + q[4 * w + 2] + q[4 * w + 3]);
         }
     }
 }

@@ -43,11 +43,14 @@ inline unsigned byte_at(const std::byte* p, std::int64_t i) { return std::to_int
 /// with each product and the difference rounded to float: ggml's dequantization, for every
 /// type (Q4_0: c = nibble − 8, k = 1; Q4_1: c = nibble, k = 1, dmin = −m, m = 1; Q4_K: k and m
 /// the 6-bit sub-block scale and min; Q6_K: k the int8 scale of each 16 values; IQ4: c from the
-/// non-linear table; …). The exact path (dequantize_row) and the int8 kernels
+/// non-linear table; …). The code c is held as the unsigned byte u = c + offset, the type's
+/// BlockDecoder::offset (Q4_0 8, Q6_K 32, IQ4 128, …): mostly the stored bits themselves, so a
+/// decoder only moves bits, and what the unsigned-by-signed byte products of the vector levels
+/// (vpdpbusd) take. The exact path (dequantize_row) and the int8 kernels
 /// (kernels/linear_ggml.hpp) both read the blocks through this one decoding: there the sum over a
 /// block is d·(k₀·Σc·x + k₁·Σc·x) − dmin·(m₀·Σx + m₁·Σx), exact in int32 but for the two floats.
 struct IntBlocks {
-    std::int8_t* codes;   ///< 32 per block
+    std::uint8_t* codes;  ///< 32 per block: c + offset
     std::int16_t* scale;  ///< 2 per block: k of values 0–15 and of 16–31
     std::int16_t* min;    ///< 2 per block
     float* d;             ///< 1 per block
@@ -66,7 +69,7 @@ struct IntBlocks {
 
 /// Storage for `blocks` 32-value blocks of IntBlocks, reused across calls (grows only).
 struct IntBlockBuffer {
-    std::vector<std::int8_t> codes;
+    std::vector<std::uint8_t> codes;
     std::vector<std::int16_t> scale, min;
     std::vector<float> d, dmin;
 
@@ -83,21 +86,23 @@ struct IntBlockBuffer {
     }
 };
 
-/// Value i of block 0 of `q`, rounded as ggml rounds it. The products are taken in double, where
-/// they are exact (a float times an integer of at most 8 bits), and rounded to float once, as a
-/// float multiply rounds; the difference likewise (double rounding is harmless for p = 24,
-/// q = 53). Written so, no FMA can fuse them, whatever the flags.
-inline float int_block_value(const IntBlocks& q, int i) {
+/// Value i of block 0 of `q` (codes of `offset`), rounded as ggml rounds it. The products are
+/// taken in double, where they are exact (a float times an integer of at most 8 bits), and rounded
+/// to float once, as a float multiply rounds; the difference likewise (double rounding is harmless
+/// for p = 24, q = 53). Written so, no FMA can fuse them, whatever the flags.
+inline float int_block_value(const IntBlocks& q, int i, int offset) {
     const int h = i / 16;
     const auto a = static_cast<float>(static_cast<double>(*q.d) * q.scale[h]);
-    const auto product = static_cast<float>(static_cast<double>(a) * q.codes[i]);
+    const auto product = static_cast<float>(static_cast<double>(a) * (q.codes[i] - offset));
     if (q.min[h] == 0) return product;
-    const auto offset = static_cast<float>(static_cast<double>(*q.dmin) * q.min[h]);
-    return static_cast<float>(static_cast<double>(product) - static_cast<double>(offset));
+    const auto shift = static_cast<float>(static_cast<double>(*q.dmin) * q.min[h]);
+    return static_cast<float>(static_cast<double>(product) - static_cast<double>(shift));
 }
 
 /// IQ4_NL's and IQ4_XS's non-linear code table (kvalues_iq4nl).
 inline constexpr std::array<std::int8_t, 16> kIq4Values = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/// The same codes with IQ4's offset of 128, as IntBlocks holds them.
+inline constexpr std::array<std::uint8_t, 16> kIq4Codes = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
 
 /// Q4_K's and Q5_K's 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
 inline void q4_k_scale_min(int j, const std::byte* s, unsigned& sc, unsigned& m) {
@@ -111,51 +116,57 @@ inline void q4_k_scale_min(int j, const std::byte* s, unsigned& sc, unsigned& m)
 }
 
 // One decoder per type: its block (32 values, or a super-block of 256 = 8 blocks) at `b` into
-// block 0 of `out` and on. Layouts in docs/checkpoint-formats.md.
+// block 0 of `out` and on, codes with the offset of the type's BlockDecoder. Layouts in
+// docs/checkpoint-formats.md. The vector levels' decoders (kernels/isa/ggml_avx2.hpp) write the
+// same bytes.
 
 /// The 32 nibbles of a Q4_0-style 16-byte group (value j low, j + 16 high) through `code`.
 template <class Code>
-inline void nibbles32(const std::byte* qs, std::int8_t* c, Code code) {
+inline void nibbles32(const std::byte* qs, std::uint8_t* c, Code code) {
     for (int j = 0; j < 16; ++j) {
-        c[j] = static_cast<std::int8_t>(code(quant::low_nibble(byte_at(qs, j)), j));
-        c[j + 16] = static_cast<std::int8_t>(code(quant::high_nibble(byte_at(qs, j)), j + 16));
+        c[j] = static_cast<std::uint8_t>(code(quant::low_nibble(byte_at(qs, j)), j));
+        c[j + 16] = static_cast<std::uint8_t>(code(quant::high_nibble(byte_at(qs, j)), j + 16));
     }
 }
 
+/// Offset 128: u = c + 128, the byte with its sign bit flipped.
 inline void decode_q8_0(const std::byte* b, const IntBlocks& out) {
     out.set(0, f16_to_float(read_u16(b)), 1, 1, 0.0f, 0, 0);
-    std::memcpy(out.codes, b + 2, 32);
+    for (int i = 0; i < 32; ++i) out.codes[i] = static_cast<std::uint8_t>(byte_at(b + 2, i) ^ 0x80u);
 }
 
+/// Offset 8: the nibble as stored.
 inline void decode_q4_0(const std::byte* b, const IntBlocks& out) {
     out.set(0, f16_to_float(read_u16(b)), 1, 1, 0.0f, 0, 0);
-    nibbles32(b + 2, out.codes, [](unsigned q, int) { return static_cast<int>(q) - 8; });
+    nibbles32(b + 2, out.codes, [](unsigned q, int) { return q; });
 }
 
 inline void decode_q4_1(const std::byte* b, const IntBlocks& out) {
     out.set(0, f16_to_float(read_u16(b)), 1, 1, -f16_to_float(read_u16(b + 2)), 1, 1);
-    nibbles32(b + 4, out.codes, [](unsigned q, int) { return static_cast<int>(q); });
+    nibbles32(b + 4, out.codes, [](unsigned q, int) { return q; });
 }
 
-/// Q5_0 / Q5_1: the nibble plus the 5th bit of value j, bit j of the little-endian word qh.
-inline void decode_q5(const std::byte* qh_bytes, const std::byte* qs, int offset, std::int8_t* c) {
+/// Q5_0 (offset 16) / Q5_1: the nibble plus the 5th bit of value j, bit j of the little-endian
+/// word qh.
+inline void decode_q5(const std::byte* qh_bytes, const std::byte* qs, std::uint8_t* c) {
     const std::uint32_t qh = byte_at(qh_bytes, 0) | (byte_at(qh_bytes, 1) << 8) | (byte_at(qh_bytes, 2) << 16) | (byte_at(qh_bytes, 3) << 24);
-    nibbles32(qs, c, [&](unsigned q, int j) { return static_cast<int>(q | (((qh >> j) & 1u) << 4)) - offset; });
+    nibbles32(qs, c, [&](unsigned q, int j) { return q | (((qh >> j) & 1u) << 4); });
 }
 
 inline void decode_q5_0(const std::byte* b, const IntBlocks& out) {
     out.set(0, f16_to_float(read_u16(b)), 1, 1, 0.0f, 0, 0);
-    decode_q5(b + 2, b + 6, 16, out.codes);
+    decode_q5(b + 2, b + 6, out.codes);
 }
 
 inline void decode_q5_1(const std::byte* b, const IntBlocks& out) {
     out.set(0, f16_to_float(read_u16(b)), 1, 1, -f16_to_float(read_u16(b + 2)), 1, 1);
-    decode_q5(b + 4, b + 8, 0, out.codes);
+    decode_q5(b + 4, b + 8, out.codes);
 }
 
+/// Offset 128.
 inline void decode_iq4_nl(const std::byte* b, const IntBlocks& out) {
     out.set(0, f16_to_float(read_u16(b)), 1, 1, 0.0f, 0, 0);
-    nibbles32(b + 2, out.codes, [](unsigned q, int) { return kIq4Values[q]; });
+    nibbles32(b + 2, out.codes, [](unsigned q, int) { return kIq4Codes[q]; });
 }
 
 /// Q2_K: scales (16 bytes: scale low, min high nibble per 16 values), qs (64), d, dmin.
@@ -167,11 +178,12 @@ inline void decode_q2_k(const std::byte* b, const IntBlocks& out) {
         const unsigned s0 = byte_at(scales, 2 * blk), s1 = byte_at(scales, 2 * blk + 1);
         out.set(blk, d, static_cast<int>(s0 & 15u), static_cast<int>(s1 & 15u), dmin, static_cast<int>(s0 >> 4), static_cast<int>(s1 >> 4));
         const int h = blk / 4, shift = 2 * (blk % 4);
-        for (int l = 0; l < 32; ++l) out.codes[32 * blk + l] = static_cast<std::int8_t>((byte_at(qs, 32 * h + l) >> shift) & 3u);
+        for (int l = 0; l < 32; ++l) out.codes[32 * blk + l] = static_cast<std::uint8_t>((byte_at(qs, 32 * h + l) >> shift) & 3u);
     }
 }
 
-/// Q3_K: hmask (32), qs (64), scales (12: 16 six-bit scales, offset 32), d.
+/// Q3_K: hmask (32), qs (64), scales (12: 16 six-bit scales, offset 32), d. Code offset 4: the
+/// value is the two low bits, less 4 where the hmask bit is clear.
 inline void decode_q3_k(const std::byte* b, const IntBlocks& out) {
     const std::byte* hmask = b;
     const std::byte* qs = b + 32;
@@ -186,9 +198,9 @@ inline void decode_q3_k(const std::byte* b, const IntBlocks& out) {
         out.set(blk, d, scale(2 * blk), scale(2 * blk + 1), 0.0f, 0, 0);
         const int h = blk / 4, shift = 2 * (blk % 4), bit = 4 * h + blk % 4;
         for (int l = 0; l < 32; ++l) {
-            const int low = static_cast<int>((byte_at(qs, 32 * h + l) >> shift) & 3u);
-            const bool high = (byte_at(hmask, l) >> bit) & 1u;
-            out.codes[32 * blk + l] = static_cast<std::int8_t>(low - (high ? 0 : 4));
+            const unsigned low = (byte_at(qs, 32 * h + l) >> shift) & 3u;
+            const unsigned high = (byte_at(hmask, l) >> bit) & 1u;
+            out.codes[32 * blk + l] = static_cast<std::uint8_t>(low | (high << 2));
         }
     }
 }
@@ -204,7 +216,7 @@ inline void decode_q45_k(const std::byte* b, const std::byte* qh, const std::byt
             const unsigned byte = byte_at(qs, 32 * (blk / 2) + l);
             unsigned q = blk % 2 ? byte >> 4 : byte & 15u;
             if (qh) q |= ((byte_at(qh, l) >> blk) & 1u) << 4;
-            out.codes[32 * blk + l] = static_cast<std::int8_t>(q);
+            out.codes[32 * blk + l] = static_cast<std::uint8_t>(q);
         }
     }
 }
@@ -212,7 +224,7 @@ inline void decode_q45_k(const std::byte* b, const std::byte* qh, const std::byt
 inline void decode_q4_k(const std::byte* b, const IntBlocks& out) { decode_q45_k(b, nullptr, b + 16, out); }
 inline void decode_q5_k(const std::byte* b, const IntBlocks& out) { decode_q45_k(b, b + 16, b + 48, out); }
 
-/// Q6_K: ql (128), qh (64), scales (16 int8, one per 16 values), d.
+/// Q6_K: ql (128), qh (64), scales (16 int8, one per 16 values), d. Code offset 32.
 inline void decode_q6_k(const std::byte* b, const IntBlocks& out) {
     const std::byte* ql = b;
     const std::byte* qh = b + 128;
@@ -225,12 +237,13 @@ inline void decode_q6_k(const std::byte* b, const IntBlocks& out) {
             const unsigned lo = byte_at(ql, 64 * h + l + (s % 2) * 32);
             const unsigned low = s < 2 ? lo & 15u : lo >> 4;
             const unsigned high = (byte_at(qh, 32 * h + l) >> (2 * s)) & 3u;
-            out.codes[32 * blk + l] = static_cast<std::int8_t>(static_cast<int>(low | (high << 4)) - 32);
+            out.codes[32 * blk + l] = static_cast<std::uint8_t>(low | (high << 4));
         }
     }
 }
 
 /// IQ4_XS: d, scales_h (u16), scales_l (4), qs (128); sub-block j's scale is 6 bits, offset 32.
+/// Code offset 128.
 inline void decode_iq4_xs(const std::byte* b, const IntBlocks& out) {
     const float d = f16_to_float(read_u16(b));
     const unsigned scales_h = read_u16(b + 2);
@@ -238,7 +251,7 @@ inline void decode_iq4_xs(const std::byte* b, const IntBlocks& out) {
         const unsigned ls = ((byte_at(b + 4, blk / 2) >> (4 * (blk % 2))) & 15u) | (((scales_h >> (2 * blk)) & 3u) << 4);
         const int k = static_cast<int>(ls) - 32;
         out.set(blk, d, k, k, 0.0f, 0, 0);
-        nibbles32(b + 8 + 16 * blk, out.codes + 32 * blk, [](unsigned q, int) { return kIq4Values[q]; });
+        nibbles32(b + 8 + 16 * blk, out.codes + 32 * blk, [](unsigned q, int) { return kIq4Codes[q]; });
     }
 }
 
@@ -264,22 +277,23 @@ struct BlockDecoder {
     std::int64_t bytes;   ///< per stored block
     /// Where the block keeps its f16 scales (d, then dmin or m), bytes from its start; −1: none.
     std::array<int, 2> f16_scales;
+    int offset;  ///< of the codes: a value's c is its code − offset
 };
 
 inline BlockDecoder block_decoder(GgmlType t) {
     switch (t) {
-        case GgmlType::Q8_0: return {decode_q8_0, 32, 34, {0, -1}};
-        case GgmlType::Q4_0: return {decode_q4_0, 32, 18, {0, -1}};
-        case GgmlType::Q4_1: return {decode_q4_1, 32, 20, {0, 2}};
-        case GgmlType::Q5_0: return {decode_q5_0, 32, 22, {0, -1}};
-        case GgmlType::Q5_1: return {decode_q5_1, 32, 24, {0, 2}};
-        case GgmlType::IQ4_NL: return {decode_iq4_nl, 32, 18, {0, -1}};
-        case GgmlType::Q2_K: return {decode_q2_k, 256, 84, {80, 82}};
-        case GgmlType::Q3_K: return {decode_q3_k, 256, 110, {108, -1}};
-        case GgmlType::Q4_K: return {decode_q4_k, 256, 144, {0, 2}};
-        case GgmlType::Q5_K: return {decode_q5_k, 256, 176, {0, 2}};
-        case GgmlType::Q6_K: return {decode_q6_k, 256, 210, {208, -1}};
-        case GgmlType::IQ4_XS: return {decode_iq4_xs, 256, 136, {0, -1}};
+        case GgmlType::Q8_0: return {decode_q8_0, 32, 34, {0, -1}, 128};
+        case GgmlType::Q4_0: return {decode_q4_0, 32, 18, {0, -1}, 8};
+        case GgmlType::Q4_1: return {decode_q4_1, 32, 20, {0, 2}, 0};
+        case GgmlType::Q5_0: return {decode_q5_0, 32, 22, {0, -1}, 16};
+        case GgmlType::Q5_1: return {decode_q5_1, 32, 24, {0, 2}, 0};
+        case GgmlType::IQ4_NL: return {decode_iq4_nl, 32, 18, {0, -1}, 128};
+        case GgmlType::Q2_K: return {decode_q2_k, 256, 84, {80, 82}, 0};
+        case GgmlType::Q3_K: return {decode_q3_k, 256, 110, {108, -1}, 4};
+        case GgmlType::Q4_K: return {decode_q4_k, 256, 144, {0, 2}, 0};
+        case GgmlType::Q5_K: return {decode_q5_k, 256, 176, {0, 2}, 0};
+        case GgmlType::Q6_K: return {decode_q6_k, 256, 210, {208, -1}, 32};
+        case GgmlType::IQ4_XS: return {decode_iq4_xs, 256, 136, {0, -1}, 128};
         default: break;
     }
     throw ShapeError("ggml type " + std::string(ggml_type_name(t)) + " is not a block type the library runs (it runs " +
@@ -313,14 +327,14 @@ inline void dequantize_row(GgmlType t, const std::byte* src, std::int64_t n, T* 
         throw ShapeError(what + ": ggml type " + std::string(ggml_type_name(t)) + " is not supported (the library runs " +
                          std::string(kSupportedGgmlTypes) + ")");
     const BlockDecoder dec = block_decoder(t);
-    std::int8_t codes[256];
+    std::uint8_t codes[256];
     std::int16_t scale[16], min[16];
     float d[8], dmin[8];
     const IntBlocks q{codes, scale, min, d, dmin};
     for (std::int64_t s = 0; s < n / dec.values; ++s) {
         dec.decode(src + s * dec.bytes, q);
         for (std::int64_t b = 0; b < dec.values / 32; ++b)
-            for (int i = 0; i < 32; ++i) out[s * dec.values + 32 * b + i] = static_cast<T>(int_block_value(q.at(b), i));
+            for (int i = 0; i < 32; ++i) out[s * dec.values + 32 * b + i] = static_cast<T>(int_block_value(q.at(b), i, dec.offset));
     }
 }
 
