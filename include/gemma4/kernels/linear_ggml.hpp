@@ -81,13 +81,17 @@ struct GgmlRows {
     const WeightView* w;
     ggml::BlockDecoder dec;
     ggml_avx2::DecodeBlocks vector_decode;  ///< nullptr: the portable decoder
-    ggml_avx512::DotRowStored row_kernel;   ///< one token, decoding in registers; nullptr: none at this level
+    ggml_avx2::DotRowStored one_token;             ///< row kernels decoding in registers; nullptr: none at this level
+    ggml_avx512::DotRowStoredTokens many_tokens;
     std::int64_t row_bytes, cols, groups;   ///< groups: of 256 values, the last padded
     bool mins;
 
     GgmlRows(const WeightView& view, Isa level)
         : w(&view), dec(ggml::block_decoder(view.ggml)), vector_decode(level >= Isa::Avx2 ? ggml_avx2::decoder(view.ggml) : nullptr),
-          row_kernel(level >= Isa::Avx512 ? ggml_avx512::stored_row_kernel(view.ggml) : nullptr),
+          one_token(level >= Isa::Avx512 ? ggml_avx512::stored_row_kernel<false>(view.ggml)
+                    : level >= Isa::Avx2 ? ggml_avx2::stored_row_kernel(view.ggml)
+                                         : nullptr),
+          many_tokens(level >= Isa::Avx512 ? ggml_avx512::stored_row_kernel<true>(view.ggml) : nullptr),
           row_bytes(view.ggml_row_bytes()), cols(view.cols()), groups((view.cols() + kGgmlGroup - 1) / kGgmlGroup), mins(ggml_has_mins(view.ggml)) {}
 
     /// Groups [g0, g1) of row r into `out` (its block 0 = the row's block 8·g0), zero blocks past the row's end.
@@ -113,6 +117,8 @@ struct GgmlRows {
 inline constexpr std::int64_t kGgmlStreamChunkBytes = std::int64_t{2} << 20;
 /// Rows decoded at a time when several tokens share them.
 inline constexpr std::int64_t kGgmlRowTile = 8;
+/// Tokens whose lanes one pass over a row decoded in registers carries.
+inline constexpr std::int64_t kGgmlTokenTile = 16;
 /// Groups one token decodes at a time (4,096 values: the decoded stretch stays in L1).
 inline constexpr std::int64_t kGgmlStreamGroups = 16;
 
@@ -171,8 +177,8 @@ inline void linear_ggml(std::span<const QuantTarget> targets, Rows<const float> 
                     const GgmlTokenActs xt = a.token(0, rows.dec.offset);
                     for (std::int64_t r = n0; r < n1; ++r) {
                         GgmlLanes lanes;
-                        if (rows.row_kernel) {
-                            rows.row_kernel(target.w->data + r * rows.row_bytes, G, xt, lanes);
+                        if (rows.one_token) {
+                            rows.one_token(target.w->data + r * rows.row_bytes, G, xt, lanes);
                             target.y.row(0)[r] = ggml_lanes_sum(lanes);
                             continue;
                         }
@@ -183,6 +189,19 @@ inline void linear_ggml(std::span<const QuantTarget> targets, Rows<const float> 
                             ggml_dot_groups(level, rows, stretch, g1 - g0, xg, lanes);
                         }
                         target.y.row(0)[r] = ggml_lanes_sum(lanes);
+                    }
+                    return;
+                }
+                if (rows.many_tokens) {  // each row's groups decoded once for up to kGgmlTokenTile tokens
+                    GgmlTokenActs xt[kGgmlTokenTile];
+                    GgmlLanes lanes[kGgmlTokenTile];
+                    for (std::int64_t t0 = 0; t0 < tokens; t0 += kGgmlTokenTile) {
+                        const std::int64_t count = std::min(kGgmlTokenTile, tokens - t0);
+                        for (std::int64_t t = 0; t < count; ++t) xt[t] = a.token(t0 + t, rows.dec.offset);
+                        for (std::int64_t r = n0; r < n1; ++r) {
+                            rows.many_tokens(target.w->data + r * rows.row_bytes, G, xt, count, lanes);
+                            for (std::int64_t t = 0; t < count; ++t) target.y.row(t0 + t)[r] = ggml_lanes_sum(lanes[t]);
+                        }
                     }
                     return;
                 }

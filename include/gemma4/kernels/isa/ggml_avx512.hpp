@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 GEMMA4_TARGET_AVX512_BEGIN
 namespace gemma4::inline GEMMA4_ABI::detail::ggml_avx512 {
@@ -160,12 +161,13 @@ inline void unpack_iq4_xs(const std::byte* b, Group& g) {
 
 using Unpack = void (*)(const std::byte*, Group&);
 
-/// One row of stored super-blocks times one token into the lanes, decoded in registers.
+/// One row of stored super-blocks times one token into the lanes (zeroed first), each group
+/// decoded in registers.
 template <Unpack U, std::int64_t Bytes, bool Mins>
 inline void dot_row_stored(const std::byte* row, std::int64_t groups, const GgmlTokenActs& x, GgmlLanes& lanes) {
-    __m512 acc = _mm512_loadu_ps(lanes.acc);
-    __m256 off = _mm256_loadu_ps(lanes.off);
     Group grp;
+    __m512 acc = _mm512_setzero_ps();
+    __m256 off = _mm256_setzero_ps();
     for (std::int64_t g = 0; g < groups; ++g) {
         U(row + g * Bytes, grp);
         add_group<Mins>(grp, group_acts(x, g), acc, off);
@@ -174,17 +176,41 @@ inline void dot_row_stored(const std::byte* row, std::int64_t groups, const Ggml
     _mm256_storeu_ps(lanes.off, off);
 }
 
-using DotRowStored = void (*)(const std::byte*, std::int64_t, const GgmlTokenActs&, GgmlLanes&);
+/// The same for `tokens` tokens, each group decoded once for all of them.
+template <Unpack U, std::int64_t Bytes, bool Mins>
+inline void dot_row_stored_tokens(const std::byte* row, std::int64_t groups, const GgmlTokenActs* x, std::int64_t tokens, GgmlLanes* lanes) {
+    Group grp;
+    for (std::int64_t t = 0; t < tokens; ++t) lanes[t] = {};
+    for (std::int64_t g = 0; g < groups; ++g) {
+        U(row + g * Bytes, grp);
+        for (std::int64_t t = 0; t < tokens; ++t) {
+            __m512 acc = _mm512_loadu_ps(lanes[t].acc);
+            __m256 off = _mm256_loadu_ps(lanes[t].off);
+            add_group<Mins>(grp, group_acts(x[t], g), acc, off);
+            _mm512_storeu_ps(lanes[t].acc, acc);
+            _mm256_storeu_ps(lanes[t].off, off);
+        }
+    }
+}
 
-/// The one-token row kernel of `t` that decodes in registers, or nullptr (then a row is decoded
-/// to IntBlocks first).
-inline DotRowStored stored_row_kernel(GgmlType t) {
+using DotRowStored = ggml_avx2::DotRowStored;
+using DotRowStoredTokens = void (*)(const std::byte*, std::int64_t, const GgmlTokenActs*, std::int64_t, GgmlLanes*);
+
+/// The row kernels of `t` that decode in registers (one token, several), or nullptr (then rows
+/// are decoded to IntBlocks first).
+template <bool Tokens>
+inline auto stored_row_kernel(GgmlType t) {
+    using Kernel = std::conditional_t<Tokens, DotRowStoredTokens, DotRowStored>;
+    const auto pick = [&]<Unpack U, std::int64_t Bytes, bool Mins>() -> Kernel {
+        if constexpr (Tokens) return dot_row_stored_tokens<U, Bytes, Mins>;
+        else return dot_row_stored<U, Bytes, Mins>;
+    };
     switch (t) {
-        case GgmlType::Q4_K: return dot_row_stored<unpack_q45_k<false>, 144, true>;
-        case GgmlType::Q5_K: return dot_row_stored<unpack_q45_k<true>, 176, true>;
-        case GgmlType::Q6_K: return dot_row_stored<unpack_q6_k, 210, false>;
-        case GgmlType::IQ4_XS: return dot_row_stored<unpack_iq4_xs, 136, false>;
-        default: return nullptr;
+        case GgmlType::Q4_K: return pick.template operator()<unpack_q45_k<false>, 144, true>();
+        case GgmlType::Q5_K: return pick.template operator()<unpack_q45_k<true>, 176, true>();
+        case GgmlType::Q6_K: return pick.template operator()<unpack_q6_k, 210, false>();
+        case GgmlType::IQ4_XS: return pick.template operator()<unpack_iq4_xs, 136, false>();
+        default: return Kernel{nullptr};
     }
 }
 
