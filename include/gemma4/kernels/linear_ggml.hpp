@@ -176,12 +176,11 @@ inline void linear_ggml(std::span<const QuantTarget> targets, Rows<const float> 
                     const ggml::IntBlocks stretch = buffer.view(8 * kGgmlStreamGroups);
                     const GgmlTokenActs xt = a.token(0, rows.dec.offset);
                     for (std::int64_t r = n0; r < n1; ++r) {
-                        GgmlLanes lanes;
                         if (rows.one_token) {
-                            rows.one_token(target.w->data + r * rows.row_bytes, G, xt, lanes);
-                            target.y.row(0)[r] = ggml_lanes_sum(lanes);
+                            target.y.row(0)[r] = rows.one_token(target.w->data + r * rows.row_bytes, G, xt);
                             continue;
                         }
+                        GgmlLanes lanes;
                         for (std::int64_t g0 = 0; g0 < G; g0 += kGgmlStreamGroups) {
                             const std::int64_t g1 = std::min(G, g0 + kGgmlStreamGroups);
                             rows.decode(r, g0, g1, stretch);
@@ -195,12 +194,13 @@ inline void linear_ggml(std::span<const QuantTarget> targets, Rows<const float> 
                 if (rows.many_tokens) {  // each row's groups decoded once for up to kGgmlTokenTile tokens
                     GgmlTokenActs xt[kGgmlTokenTile];
                     GgmlLanes lanes[kGgmlTokenTile];
+                    float sums[kGgmlTokenTile];
                     for (std::int64_t t0 = 0; t0 < tokens; t0 += kGgmlTokenTile) {
                         const std::int64_t count = std::min(kGgmlTokenTile, tokens - t0);
                         for (std::int64_t t = 0; t < count; ++t) xt[t] = a.token(t0 + t, rows.dec.offset);
                         for (std::int64_t r = n0; r < n1; ++r) {
-                            rows.many_tokens(target.w->data + r * rows.row_bytes, G, xt, count, lanes);
-                            for (std::int64_t t = 0; t < count; ++t) target.y.row(t0 + t)[r] = ggml_lanes_sum(lanes[t]);
+                            rows.many_tokens(target.w->data + r * rows.row_bytes, G, xt, count, lanes, sums);
+                            for (std::int64_t t = 0; t < count; ++t) target.y.row(t0 + t)[r] = sums[t];
                         }
                     }
                     return;

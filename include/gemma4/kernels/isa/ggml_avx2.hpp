@@ -230,10 +230,19 @@ inline void dot_groups(const ggml::IntBlocks& w, std::int64_t groups, const Ggml
     _mm256_storeu_ps(lanes.off, off);
 }
 
-/// One row of stored super-blocks times one token into the lanes (zeroed first), each group
-/// decoded in registers.
+/// ggml_lanes_sum (kernels/linear_ggml.hpp) of lanes in registers: the same bits.
+inline float lanes_sum(__m256 even, __m256 odd, __m256 off) {
+    const auto sum8 = [](__m256 v) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+    };
+    return sum8(_mm256_add_ps(even, odd)) - sum8(off);
+}
+
+/// One row of stored super-blocks times one token, each group decoded in registers.
 template <Unpack U, std::int64_t Bytes, int Offset, bool Mins>
-inline void dot_row_stored(const std::byte* row, std::int64_t groups, const GgmlTokenActs& x, GgmlLanes& lanes) {
+inline float dot_row_stored(const std::byte* row, std::int64_t groups, const GgmlTokenActs& x) {
     const __m256i shift = _mm256_set1_epi8(static_cast<char>(Offset));
     __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps(), off = _mm256_setzero_ps();
     Group grp;
@@ -241,12 +250,10 @@ inline void dot_row_stored(const std::byte* row, std::int64_t groups, const Ggml
         U(row + g * Bytes, grp);
         add_group<Mins>(grp, group_acts(x, g), shift, even, odd, off);
     }
-    _mm256_storeu_ps(lanes.acc, even);
-    _mm256_storeu_ps(lanes.acc + 8, odd);
-    _mm256_storeu_ps(lanes.off, off);
+    return lanes_sum(even, odd, off);
 }
 
-using DotRowStored = void (*)(const std::byte*, std::int64_t, const GgmlTokenActs&, GgmlLanes&);
+using DotRowStored = float (*)(const std::byte*, std::int64_t, const GgmlTokenActs&);
 
 /// The one-token row kernel of `t` that decodes in registers, or nullptr.
 inline DotRowStored stored_row_kernel(GgmlType t) {

@@ -161,10 +161,13 @@ inline void unpack_iq4_xs(const std::byte* b, Group& g) {
 
 using Unpack = void (*)(const std::byte*, Group&);
 
-/// One row of stored super-blocks times one token into the lanes (zeroed first), each group
-/// decoded in registers.
+inline float lanes_sum(__m512 acc, __m256 off) {
+    return ggml_avx2::lanes_sum(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)), off);
+}
+
+/// One row of stored super-blocks times one token, each group decoded in registers.
 template <Unpack U, std::int64_t Bytes, bool Mins>
-inline void dot_row_stored(const std::byte* row, std::int64_t groups, const GgmlTokenActs& x, GgmlLanes& lanes) {
+inline float dot_row_stored(const std::byte* row, std::int64_t groups, const GgmlTokenActs& x) {
     Group grp;
     __m512 acc = _mm512_setzero_ps();
     __m256 off = _mm256_setzero_ps();
@@ -172,13 +175,14 @@ inline void dot_row_stored(const std::byte* row, std::int64_t groups, const Ggml
         U(row + g * Bytes, grp);
         add_group<Mins>(grp, group_acts(x, g), acc, off);
     }
-    _mm512_storeu_ps(lanes.acc, acc);
-    _mm256_storeu_ps(lanes.off, off);
+    return lanes_sum(acc, off);
 }
 
-/// The same for `tokens` tokens, each group decoded once for all of them.
+/// The same for `tokens` tokens (into y[t], with their lanes in `lanes`), each group decoded
+/// once for all of them.
 template <Unpack U, std::int64_t Bytes, bool Mins>
-inline void dot_row_stored_tokens(const std::byte* row, std::int64_t groups, const GgmlTokenActs* x, std::int64_t tokens, GgmlLanes* lanes) {
+inline void dot_row_stored_tokens(const std::byte* row, std::int64_t groups, const GgmlTokenActs* x, std::int64_t tokens, GgmlLanes* lanes,
+                                  float* y) {
     Group grp;
     for (std::int64_t t = 0; t < tokens; ++t) lanes[t] = {};
     for (std::int64_t g = 0; g < groups; ++g) {
@@ -187,6 +191,10 @@ inline void dot_row_stored_tokens(const std::byte* row, std::int64_t groups, con
             __m512 acc = _mm512_loadu_ps(lanes[t].acc);
             __m256 off = _mm256_loadu_ps(lanes[t].off);
             add_group<Mins>(grp, group_acts(x[t], g), acc, off);
+            if (g + 1 == groups) {
+                y[t] = lanes_sum(acc, off);
+                continue;
+            }
             _mm512_storeu_ps(lanes[t].acc, acc);
             _mm256_storeu_ps(lanes[t].off, off);
         }
@@ -194,7 +202,7 @@ inline void dot_row_stored_tokens(const std::byte* row, std::int64_t groups, con
 }
 
 using DotRowStored = ggml_avx2::DotRowStored;
-using DotRowStoredTokens = void (*)(const std::byte*, std::int64_t, const GgmlTokenActs*, std::int64_t, GgmlLanes*);
+using DotRowStoredTokens = void (*)(const std::byte*, std::int64_t, const GgmlTokenActs*, std::int64_t, GgmlLanes*, float*);
 
 /// The row kernels of `t` that decode in registers (one token, several), or nullptr (then rows
 /// are decoded to IntBlocks first).
