@@ -245,6 +245,8 @@ public:
     }
     /// The bytes of a tensor (bounds checked at open).
     const std::byte* data(const GgufTensorInfo& t) const { return file_.data() + data_offset_ + t.offset; }
+    /// Drops the mapped pages of a tensor that was copied out (MappedFile::release).
+    void release(const GgufTensorInfo& t) const { file_.release(data(t), static_cast<std::size_t>(t.size_bytes)); }
 
     // ---- typed access to metadata: ConfigError naming the key when missing or mistyped ------
 

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <span>
@@ -71,6 +72,16 @@ public:
     const std::byte* data() const { return data_; }
     std::size_t size() const { return size_; }
     const std::filesystem::path& path() const { return path_; }
+
+    /// Drops this process's pages of bytes [p, p + n) of the map (the whole pages inside it), for
+    /// data that was copied and will not be read again: they leave the resident set, and a later
+    /// read would fault them in again from the file. A no-op where the kernel refuses.
+    void release(const std::byte* p, std::size_t n) const {
+        const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+        const auto begin = (reinterpret_cast<std::uintptr_t>(p) + page - 1) / page * page;
+        const auto end = (reinterpret_cast<std::uintptr_t>(p) + n) / page * page;
+        if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    }
 
 private:
     void unmap() {

@@ -18,6 +18,7 @@
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/model/checkpoint.hpp>
 #include <gemma4/model/owned_buffers.hpp>
+#include <gemma4/model/panels.hpp>
 #include <gemma4/model/tensor_table.hpp>
 #include <gemma4/tensor/weights.hpp>
 #include <gemma4/tensor/ggml_blocks.hpp>
@@ -339,41 +340,34 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
         else if (matrix && options.format == WeightFormat::Int8) q = DType::Q8;
         else if (matrix && options.format == WeightFormat::Int4) q = DType::Q4;
         if (q) {
-            // Q8_0 / Q4_0 keep their 32-element blocks; a re-encoding takes the requested size
+            // Q8_0 / Q4_0 keep their 32-element blocks; a re-encoding takes the requested size.
+            // The rows go from the file straight into panels (the layout the kernels read), and
+            // the file's pages are dropped after: the matrix is in memory once.
             const std::int64_t block = t->type == GgmlType::Q8_0 || t->type == GgmlType::Q4_0 ? 32 : quant_block_for(options.block);
-            const std::int64_t rb = quant::row_bytes(*q, cols), nb = quant::blocks_per_row(cols, block);
-            std::byte* codes = storage->allocate(static_cast<std::size_t>(rows * rb));
-            auto* scales = reinterpret_cast<std::uint16_t*>(storage->allocate(static_cast<std::size_t>(rows * nb * 2)));
-            std::atomic<std::int64_t> bad_row{-1};
-            pool.parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
-                std::vector<float> row;
-                for (std::int64_t r = r0; r < r1; ++r) {
-                    const std::byte* in = src + r * src_row;
-                    std::byte* out_codes = codes + r * rb;
-                    std::uint16_t* out_scales = scales + r * nb;
-                    if (t->type == GgmlType::Q8_0 && *q == DType::Q8) {
-                        ggml::q8_0_to_q8_row(in, cols, out_codes, out_scales);
-                    } else if (t->type == GgmlType::Q4_0 && *q == DType::Q4) {
-                        ggml::q4_0_to_q4_row(in, cols, out_codes, out_scales);
-                    } else {
-                        row.resize(static_cast<std::size_t>(cols));
-                        ggml::dequantize_row(t->type, in, cols, row.data(), where);
-                        for (float x : row)
-                            if (!std::isfinite(x)) bad_row = r;
-                        quant::quantize_row(*q, block, row.data(), cols, out_codes, out_scales);
-                    }
-                    for (std::int64_t b = 0; b < nb; ++b)
-                        if ((out_scales[b] & 0x7c00u) == 0x7c00u) bad_row = r;  // an infinite or NaN f16 scale
-                }
-            }, 16);
-            if (bad_row >= 0) throw FormatError(where + ": row " + std::to_string(bad_row.load()) + " has a non-finite scale or value");
+            const std::int64_t nb = quant::blocks_per_row(cols, block);
             v.dtype = *q;
-            v.data = codes;
-            v.scales = reinterpret_cast<const std::byte*>(scales);
-            v.size_bytes = static_cast<std::size_t>(rows * rb);
-            v.layout = WeightView::Layout::Rows;  // the model re-lays it as panels (to_panels)
-            v.origin = DType::F32;                // ggml dequantizes in float32
             v.block = block;
+            v.origin = DType::F32;  // ggml dequantizes in float32
+            std::atomic<std::int64_t> bad_row{-1};
+            detail::make_panels(v, *storage, pool, [&](std::int64_t r, std::byte* out_codes, std::uint16_t* out_scales) {
+                const std::byte* in = src + r * src_row;
+                if (t->type == GgmlType::Q8_0 && *q == DType::Q8) {
+                    ggml::q8_0_to_q8_row(in, cols, out_codes, out_scales);
+                } else if (t->type == GgmlType::Q4_0 && *q == DType::Q4) {
+                    ggml::q4_0_to_q4_row(in, cols, out_codes, out_scales);
+                } else {
+                    thread_local std::vector<float> row;
+                    row.resize(static_cast<std::size_t>(cols));
+                    ggml::dequantize_row(t->type, in, cols, row.data(), where);
+                    for (float x : row)
+                        if (!std::isfinite(x)) bad_row = r;
+                    quant::quantize_row(*q, block, row.data(), cols, out_codes, out_scales);
+                }
+                for (std::int64_t b = 0; b < nb; ++b)
+                    if ((out_scales[b] & 0x7c00u) == 0x7c00u) bad_row = r;  // an infinite or NaN f16 scale
+            });
+            if (bad_row >= 0) throw FormatError(where + ": row " + std::to_string(bad_row.load()) + " has a non-finite scale or value");
+            f.release(*t);
         } else {
             // Exact values: F32, or bf16 when that format is asked for.
             const bool bf16 = matrix && options.format == WeightFormat::BF16;
@@ -399,6 +393,7 @@ inline Checkpoint load_gguf_checkpoint(const std::filesystem::path& path, const 
             }, 16);
             if (bad_row >= 0) throw FormatError(where + ": row " + std::to_string(bad_row.load()) + " has a non-finite value");
             v.data = out;
+            f.release(*t);
         }
         *spec.field = std::move(v);
     }

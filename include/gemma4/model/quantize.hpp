@@ -12,6 +12,7 @@
 #include <gemma4/kernels/thread_pool.hpp>
 #include <gemma4/model/checkpoint.hpp>
 #include <gemma4/model/owned_buffers.hpp>
+#include <gemma4/model/panels.hpp>
 #include <gemma4/model/tensor_table.hpp>
 #include <gemma4/tensor/weights.hpp>
 #include <gemma4/tensor/quant.hpp>
@@ -36,32 +37,6 @@ constexpr DType format_dtype(WeightFormat f) {
 }
 
 namespace detail {
-
-/// A quantized matrix in the panel layout, in a buffer of `owned`: `out` has dtype, block and
-/// shape set; it gets data (codes and scales, tensor/quant.hpp). row(r, codes, scales) supplies row r
-/// in the file layout. Panels are filled in parallel.
-template <class RowFn>
-inline void make_panels(WeightView& out, OwnedBuffers& owned, ThreadPool& pool, RowFn&& row) {
-    const std::int64_t rows = out.rows(), cols = out.cols(), np = quant::panel_count(rows);
-    const std::int64_t pb = quant::panel_bytes(out.dtype, out.block, cols);
-    out.layout = WeightView::Layout::Panels;
-    out.size_bytes = static_cast<std::size_t>(np * pb);
-    std::byte* data = owned.allocate(out.size_bytes);
-    out.data = data;
-    out.scales = nullptr;
-    pool.parallel_for(np, [&](std::int64_t p0, std::int64_t p1) {
-        std::vector<std::byte> codes(static_cast<std::size_t>(quant::row_bytes(out.dtype, cols)));
-        std::vector<std::uint16_t> sc(static_cast<std::size_t>(quant::blocks_per_row(cols, out.block)));
-        for (std::int64_t p = p0; p < p1; ++p) {
-            quant::clear_panel(out.dtype, out.block, cols, data + p * pb);
-            for (std::int64_t r = p * quant::kPanelRows; r < std::min(rows, (p + 1) * quant::kPanelRows); ++r) {
-                row(r, codes.data(), sc.data());
-                quant::row_to_panel(out.dtype, out.block, codes.data(), sc.data(), cols, r % quant::kPanelRows, data + p * pb);
-            }
-        }
-    }, 4);
-}
-
 
 inline void set_bf16(std::byte* p, float v) {
     const std::uint16_t h = float_to_bf16(v);
