@@ -5,6 +5,7 @@
 #include <gemma4/io/config_json.hpp>
 #include <gemma4/io/gguf_writer.hpp>
 #include <gemma4/io/npy.hpp>
+#include <gemma4/tensor/ggml_blocks.hpp>
 #include <gemma4/io/safetensors_writer.hpp>
 #include <gemma4/model/random_checkpoint.hpp>
 #include <gemma4/tokenizer/tiny_tokenizer.hpp>
@@ -362,31 +363,21 @@ std::string gguf_data(gemma4::GgmlType type, std::uint64_t n, std::uint32_t seed
         case GgmlType::BF16:
             for (std::uint64_t i = 0; i < n; ++i) put16(gemma4::float_to_bf16(0.01f * static_cast<float>(static_cast<int>(next() % 21) - 10)));
             break;
-        case GgmlType::Q8_0:
-            for (std::uint64_t b = 0; b < n / 32; ++b) {
-                put16(gemma4::float_to_f16(0.001f));
-                for (int j = 0; j < 32; ++j) out.push_back(static_cast<char>(next()));
+        default: {  // a block type: random bytes, its f16 scales small and finite
+            const gemma4::ggml::BlockDecoder dec = gemma4::ggml::block_decoder(type);
+            for (std::uint64_t b = 0; b < n / static_cast<std::uint64_t>(dec.values); ++b) {
+                std::string block(static_cast<std::size_t>(dec.bytes), '\0');
+                for (char& c : block) c = static_cast<char>(next());
+                for (const int at : dec.f16_scales)
+                    if (at >= 0) {
+                        const std::uint16_t h = gemma4::float_to_f16(0.001f * static_cast<float>(1 + next() % 4));
+                        block[static_cast<std::size_t>(at)] = static_cast<char>(h & 0xff);
+                        block[static_cast<std::size_t>(at) + 1] = static_cast<char>(h >> 8);
+                    }
+                out += block;
             }
-            break;
-        case GgmlType::Q4_0:
-            for (std::uint64_t b = 0; b < n / 32; ++b) {
-                put16(gemma4::float_to_f16(0.01f));
-                for (int j = 0; j < 16; ++j) out.push_back(static_cast<char>(next()));
-            }
-            break;
-        case GgmlType::Q4_K:
-            for (std::uint64_t b = 0; b < n / 256; ++b) {
-                put16(gemma4::float_to_f16(0.001f)), put16(gemma4::float_to_f16(0.002f));
-                for (int j = 0; j < 140; ++j) out.push_back(static_cast<char>(next()));
-            }
-            break;
-        case GgmlType::Q6_K:
-            for (std::uint64_t b = 0; b < n / 256; ++b) {
-                for (int j = 0; j < 208; ++j) out.push_back(static_cast<char>(next()));
-                put16(gemma4::float_to_f16(0.001f));
-            }
-            break;
-        default: throw std::runtime_error("gguf_data: unsupported type");
+            return out;
+        }
     }
     return out;
 }
@@ -452,7 +443,7 @@ void gguf() {
         add(p + "post_attention_norm.weight", {32}, GgmlType::F32);
         add(p + "ffn_norm.weight", {32}, GgmlType::F32);
         add(p + "ffn_gate.weight", {32, 32}, GgmlType::Q4_0);
-        add(p + "ffn_up.weight", {32, 32}, GgmlType::F32);
+        add(p + "ffn_up.weight", {32, 32}, l == 0 ? GgmlType::Q5_1 : GgmlType::IQ4_NL);  // run as stored
         add(p + "ffn_down.weight", {32, 32}, GgmlType::Q8_0);
         add(p + "post_ffw_norm.weight", {32}, GgmlType::F32);
         add(p + "layer_output_scale.weight", {1}, GgmlType::F32);
@@ -465,7 +456,9 @@ void gguf() {
 
     // one tensor of each type
     ts.clear();
-    for (const GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K})
+    for (const GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                             GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                             GgmlType::IQ4_XS})
         add(std::string("t.") + std::string(ggml_type_name(t)), {256, 2}, t);
     put("gguf", "types.gguf", bytes(gguf_file_bytes({gguf_uint32("general.alignment", 64)}, ts, 64)));
 

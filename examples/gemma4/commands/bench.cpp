@@ -486,6 +486,7 @@ int run(cli::Args& args) {
         c = measured.config();
         ModelWeights views = measured.weights();  // views: a cheap copy
         weight_bytes = static_cast<double>(matrix_bytes(views));
+        say("weights: " + matrix_summary(views));
     }
 
     KVCache<float> cache = [&] {

@@ -848,6 +848,10 @@ int run(cli::Args& args) {
     } else if (!http.bind_to_port(config.host, port)) {
         throw IoError("serve: cannot bind to " + config.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
     }
+    {
+        ModelWeights views = model.weights();  // views: a cheap copy
+        std::fprintf(stderr, "gemma4 serve: weights %s\n", matrix_summary(views).c_str());
+    }
     std::fprintf(stderr, "gemma4 serve: model '%s', listening on http://%s:%d\n", names.front().c_str(), config.host.c_str(), port);
     std::fflush(stderr);
 
