@@ -12,9 +12,14 @@
 #include "support/message_matcher.hpp"
 #include "support/temp_dir.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <string>
 
 using namespace gemma4;
 
@@ -178,6 +183,54 @@ void check_dequantized_bit_for_bit(const std::string& name) {
 
 TEST_CASE("gguf: Q8_0, Q4_0 and mixed fixtures dequantize bit for bit", "[io][gguf]") {
     for (const auto& name : test::repo_gguf_fixtures()) check_dequantized_bit_for_bit(name);
+}
+
+namespace {
+
+/// FNV-1a (64 bits) of the little-endian float32 bytes of `values`.
+std::uint64_t fnv1a64_of_floats(const std::vector<float>& values) {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (const float v : values) {
+        unsigned char b[4];
+        std::memcpy(b, &v, 4);
+        for (const unsigned char c : b) h = (h ^ c) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+}  // namespace
+
+TEST_CASE("gguf: the carried K-quant fixtures dequantize to ggml's values (digests)", "[io][gguf]") {
+    // kquant-dequant-digests.json holds, per tensor, the FNV-1a digest of ggml's dequantization
+    // (the shared data's .dequant.safetensors), so a clone on its own checks every value too.
+    std::ifstream in(test::repo_gguf_dir() / "kquant-dequant-digests.json");
+    REQUIRE(in);
+    const nlohmann::json digests = nlohmann::json::parse(in);
+    REQUIRE(digests.size() == 2);
+    std::set<std::string> types;
+    for (const auto& [name, tensors] : digests.items()) {
+        const GgufFile f(test::repo_gguf_dir() / (name + ".gguf"));
+        REQUIRE(tensors.size() == f.tensors().size());
+        for (const GgufTensorInfo& t : f.tensors()) {
+            INFO(name << ": " << t.name << " (" << ggml_type_name(t.type) << ")");
+            const nlohmann::json& want = tensors.at(t.name);
+            CHECK(want.at("type").get<std::string>() == ggml_type_name(t.type));
+            REQUIRE(want.at("values").get<std::int64_t>() == static_cast<std::int64_t>(t.numel));
+            const auto n = static_cast<std::int64_t>(t.numel);
+            std::vector<float> got(static_cast<std::size_t>(n));
+            std::vector<double> got64(static_cast<std::size_t>(n));
+            ggml::dequantize_row(t.type, f.data(t), n, got.data());
+            ggml::dequantize_row(t.type, f.data(t), n, got64.data());
+            char hex[17];
+            std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64_of_floats(got)));
+            CHECK(want.at("fnv1a64").get<std::string>() == hex);
+            std::int64_t differ64 = 0;  // the double path reads the same values
+            for (std::int64_t i = 0; i < n; ++i) differ64 += static_cast<double>(got[static_cast<std::size_t>(i)]) != got64[static_cast<std::size_t>(i)];
+            CHECK(differ64 == 0);
+            types.insert(std::string(ggml_type_name(t.type)));
+        }
+    }
+    CHECK(types == std::set<std::string>{"F32", "Q4_K", "Q6_K", "IQ4_XS"});
 }
 
 TEST_CASE("gguf: F32, Q4_K and Q6_K fixtures dequantize bit for bit", "[io][gguf]") {
