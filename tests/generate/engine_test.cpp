@@ -518,6 +518,45 @@ TEST_CASE("requests that arrive together with a shared prompt prefill it once", 
     }
 }
 
+TEST_CASE("requests that arrive together with the same prompt prefill it once, without a prefix cache too, whatever its length", "[engine][prefix]") {
+    const Model<float>& model = fixture().model;
+    const std::int64_t window = model.config().sliding_window;
+    for (const std::int32_t entries : {0, 8}) {
+        // Every length modulo a page around the window's edge: at one of them the sliding page the
+        // last prompt id sees is dropped by the time the whole prompt is in the cache.
+        for (std::int64_t length = 40; length < 40 + 16; ++length) {
+            INFO("prefix cache entries: " << entries << ", prompt of " << length << " ids, sliding window " << window);
+            const auto prompt = prompt_ids(80, static_cast<std::size_t>(length));
+            Engine<float> engine(model, &fixture().tokenizer, {.max_sequences = 8, .step_tokens = 16, .prefix_cache_entries = entries});
+            // A request that holds the scheduler in its callback, so that the three are admitted together.
+            std::atomic<bool> released{false};
+            GenerateOptions holder = endless(3);
+            holder.on_token = [&](std::int32_t, std::string_view) {
+                while (!released) std::this_thread::sleep_for(100us);
+                return true;
+            };
+            const RequestHandle hold = engine.submit(request(prompt_ids(69, 5), holder));
+            wait_until([&] { return engine.stats().generated_tokens >= 1; });
+            const std::int64_t prefilled = engine.stats().prefilled_tokens;
+            std::vector<GenerateOptions> options = {greedy(6), seeded(6, 11), seeded(6, 12)};
+            std::vector<RequestHandle> handles;
+            for (const GenerateOptions& o : options) handles.push_back(engine.submit(request(prompt, o)));
+            released = true;
+            for (std::size_t i = 0; i < handles.size(); ++i) {
+                const EngineResult r = handles[i].wait();
+                check_same(r, lone(model, prompt, options[i]));
+                CHECK(r.stats.reused_tokens == (i == 0 ? 0 : length - 1));
+            }
+            hold.wait();
+            CHECK(engine.stats().prefilled_tokens - prefilled == length + 2);  // once, then each other's last id
+            const EngineStats s = engine.stats();
+            CHECK(s.prefix_hits == (entries ? 2 : 0));
+            CHECK(s.kv_pages_in_use == s.prefix_cache_pages);
+            if (entries == 0) CHECK(s.kv_pages_in_use == 0);
+        }
+    }
+}
+
 TEST_CASE("cancellation by handle, flag and callback frees the request's pages", "[engine]") {
     const Model<float>& model = fixture().model;
     for (const std::int32_t entries : {0, 4}) {

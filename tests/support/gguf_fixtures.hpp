@@ -70,6 +70,12 @@ inline const std::vector<std::string>& shared_gguf_fixtures() {
     return names;
 }
 
+/// Whether the data a shared fixture's comparisons need are here: its dequantized values (the
+/// shared data's .dequant.safetensors) and its .gguf (carried or shared).
+inline bool have_shared_fixture(const std::string& name) {
+    return std::filesystem::exists(gguf_fixture(name)) && std::filesystem::exists(shared_gguf_dir() / (name + ".dequant.safetensors"));
+}
+
 /// Whether a fixture comes from the k256 checkpoint (rows of 256: the super-block types).
 inline bool is_k256_fixture(const std::string& name) {
     for (const char* t : {"k256", "_k", "iq4_xs"})
