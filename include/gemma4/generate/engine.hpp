@@ -14,7 +14,10 @@
 // its pages, cut back to the shared ids (the sliding window's pages at that point included), and
 // prefills only the rest: a system prompt shared by many users, or a conversation's history when
 // its next turn comes. A prompt that shares as much with a prompt still being prefilled waits for
-// that one's state instead of computing the same K/V beside it.
+// that one's state instead of computing the same K/V beside it: that prompt's prefill stops at
+// the shared length, the waiting request forks its pages there, and both go on. This needs no
+// prefix cache (prefix_cache_entries = 0 too): requests that arrive together with the same
+// prompt (a server's n choices) prefill it once.
 //
 // Every forward kernel gives a token's outputs bit for bit whatever else shares its step, and a
 // request samples with its own Sampler, decoder and stop matcher as Session does, so each
@@ -81,7 +84,9 @@ struct EngineOptions {
     KVDtype kv_dtype = KVDtype::Float;
     std::int64_t context = 0;               ///< per-request context limit (0: the model's max_position_embeddings)
     std::int32_t max_queue = 64;            ///< waiting requests beyond this are rejected with QueueFullError
-    std::int32_t prefix_cache_entries = 16; ///< prompt and conversation states kept for reuse (LRU); 0 disables reuse
+    /// Prompt and conversation states kept for reuse (LRU); 0 keeps none (a request still takes
+    /// the shared prompt of one being prefilled beside it).
+    std::int32_t prefix_cache_entries = 16;
     /// Called on the scheduler thread after every forward step (monitoring, tests). Exceptions
     /// it throws are ignored.
     std::function<void(const EngineStepInfo&)> on_step{};
@@ -332,8 +337,10 @@ private:
         std::int64_t step_start = 0;        ///< the cache's length before this step
         bool leaving = false;               ///< finished by this step: leaves active_ at its end
         /// A running request whose prompt shares more of this one's than the prefix cache holds:
-        /// this one's prefill waits until that prompt's state is kept (or that request ends).
+        /// this one's prefill waits until that one has prefilled the first `follow_length` ids,
+        /// then forks its pages there (or, if that request ends first, takes what the cache has).
         std::uint64_t follows = 0;
+        std::int64_t follow_length = 0;
         /// The conversation of resume_from, read by submit; its pages move into the engine's
         /// cache at admission.
         std::optional<SessionFileContents<T>> resumed;
@@ -552,25 +559,58 @@ private:
         return best;
     }
 
-    /// A running request still prefilling a prompt that shares more of `job`'s than the prefix
-    /// cache gives (`have` ids), and whose kept state will still hold the window where they part;
-    /// its id, or 0.
-    std::uint64_t prompt_to_follow(const Job& job, std::int64_t have) const {
-        if (!options_.prefix_cache_entries || !job.cacheable) return 0;
+    /// A request to follow: its id and the ids of `job`'s prompt it will hand over.
+    struct Leader {
+        std::uint64_t id = 0;
+        std::int64_t length = 0;
+    };
+
+    /// A running request that has not yet prefilled the ids its prompt shares with `job`'s, more
+    /// than the prefix cache gives (`have` ids): its prefill will stop there and hand them over
+    /// (hand_over). Its id, or 0.
+    Leader prompt_to_follow(const Job& job, std::int64_t have) const {
+        if (!job.cacheable) return {};
         const auto& ids = job.request.prompt;
-        std::uint64_t leader = 0;
+        Leader leader;
         std::int64_t most = std::max(have, kMinReuse - 1);
         for (const auto& owned : active_) {
             const Job& o = *owned;
             if (!o.cacheable || o.follows || o.pending >= 0 || o.fed >= o.prompt_size()) continue;
             const std::int64_t n = detail::common_prefix(o.request.prompt, ids, ids.size() - 1);
-            // Its state at the end of its prompt will hold the sliding pages from held_slots' first on.
-            constexpr AttentionKind sliding = AttentionKind::Sliding;
-            if (n <= most || cache_.held_slots(sliding, n).first < cache_.held_slots(sliding, o.prompt_size()).first) continue;
-            leader = o.shared->id;
+            if (n <= most || n <= o.fed) continue;
+            leader = {o.shared->id, n};
             most = n;
         }
         return leader;
+    }
+
+    /// Where `job`'s next prefill chunk must end at the latest: the first length after `fed` a
+    /// request waiting for its prompt takes (0: none waits).
+    std::int64_t next_hand_over(const Job& job) const {
+        std::int64_t at = 0;
+        for (const auto& owned : active_)
+            if (owned->follows == job.shared->id && owned->follow_length > job.fed && (at == 0 || owned->follow_length < at))
+                at = owned->follow_length;
+        return at;
+    }
+
+    /// The requests waiting for `leader`'s prompt whose shared ids it has now prefilled fork its
+    /// sequence, cut back to those ids, and prefill the rest of theirs.
+    void hand_over(const Job& leader) {
+        for (auto& owned : active_) {
+            Job& job = *owned;
+            if (job.follows != leader.shared->id || !job.running || job.follow_length > leader.fed ||
+                !cache_.can_truncate(leader.seq, job.follow_length))
+                continue;
+            cache_.remove_sequence(job.seq);  // empty: it fed nothing while it waited
+            give_sequence(job, fork_prefix(cache_, leader.seq, job.follow_length), job.follow_length);
+            job.follows = 0;
+            job.follow_length = 0;
+            if (options_.prefix_cache_entries) {
+                std::lock_guard lock(mutex_);
+                count_prefix(job);
+            }
+        }
     }
 
     std::size_t prefix_bytes() const {
@@ -614,8 +654,8 @@ private:
                 queue_.pop_front();
             }
             try {
-                const std::uint64_t leader = owned->resumed ? 0 : prompt_to_follow(*owned, match ? match->length : 0);
-                start(*owned, leader ? std::nullopt : match, leader);
+                const Leader leader = owned->resumed ? Leader{} : prompt_to_follow(*owned, match ? match->length : 0);
+                start(*owned, leader.id ? std::nullopt : match, leader);
             } catch (...) {
                 finish(*owned, FinishReason::Cancelled, std::current_exception());
                 publish();
@@ -628,7 +668,7 @@ private:
 
     /// Gives `job` its sequence: the resumed conversation's pages, a fork of a kept prefix, or
     /// an empty one (which waits for request `leader`'s prompt when that is not 0).
-    void start(Job& job, std::optional<PrefixMatch> match, std::uint64_t leader) {
+    void start(Job& job, std::optional<PrefixMatch> match, Leader leader) {
         job.admitted = clock::now();
         job.result.stats.queue_seconds = std::chrono::duration<double>(job.admitted - job.submitted).count();
         if (job.resumed) {
@@ -640,12 +680,13 @@ private:
             give_sequence(job, cache_.add_sequence(), 0);
         }
         job.running = true;
-        job.follows = leader;
+        job.follows = leader.id;
+        job.follow_length = leader.length;
         ++running_;
         reserved_ += job.reservation;
         std::lock_guard lock(mutex_);
         stats_.prompt_tokens += job.prompt_size();
-        if (options_.prefix_cache_entries && !leader) count_prefix(job);
+        if (options_.prefix_cache_entries && !leader.id) count_prefix(job);
     }
 
     /// Makes `seq`, whose first `fed` prompt ids are in the cache, `job`'s sequence.
@@ -673,19 +714,22 @@ private:
         }
     }
 
-    /// The requests waiting for request `leader`'s prompt take the longest kept prefix now (the
-    /// leader's, unless the cache could not keep it) and prefill the rest.
+    /// The requests still waiting for request `leader`'s prompt (it ended before it prefilled
+    /// their ids) take the longest kept prefix now, if any, and prefill the rest.
     void release_followers(std::uint64_t leader) {
         for (auto& owned : active_) {
             Job& job = *owned;
             if (job.follows != leader || !job.running) continue;
             job.follows = 0;
+            job.follow_length = 0;
             if (const auto match = longest_prefix(job.request.prompt)) {
                 cache_.remove_sequence(job.seq);  // empty: it fed nothing while it waited
                 give_sequence(job, take_prefix(*match), match->length);
             }
-            std::lock_guard lock(mutex_);
-            count_prefix(job);
+            if (options_.prefix_cache_entries) {
+                std::lock_guard lock(mutex_);
+                count_prefix(job);
+            }
         }
     }
 
@@ -793,7 +837,8 @@ private:
             if (job.pending >= 0 || job.follows) continue;
             if (budget <= 0 && prefill > 0) break;
             const auto at = static_cast<std::size_t>(job.fed);
-            const std::int64_t limit = std::min(std::max<std::int64_t>(1, budget), std::max<std::int64_t>(1, job.request.options.prefill_chunk));
+            std::int64_t limit = std::min(std::max<std::int64_t>(1, budget), std::max<std::int64_t>(1, job.request.options.prefill_chunk));
+            if (const std::int64_t stop = next_hand_over(job)) limit = std::min(limit, stop - job.fed);  // no placeholders: no block to keep whole
             const std::size_t end = detail::chunk_end(job.plan.blocks, at, job.request.prompt.size(), static_cast<std::size_t>(limit));
             const auto n = static_cast<std::int64_t>(end - at);
             if (n > budget && prefill > 0) continue;  // a whole image: the first chunk of a later step takes it
@@ -859,8 +904,9 @@ private:
         publish();
     }
 
-    /// After the forward step: a chunk that ends its prompt keeps the prompt's state for reuse;
-    /// every job with a row samples it; finished jobs leave.
+    /// After the forward step: a chunk hands its ids over to the requests waiting for them; one
+    /// that ends its prompt keeps the prompt's state for reuse; every job with a row samples it;
+    /// finished jobs leave.
     void take_step() {
         std::int64_t row = 0;  // the chunk's first logits row: a verifying chunk has one per id
         for (const Chunk& ch : plan_) {
@@ -870,11 +916,10 @@ private:
             if (!ch.decode) {
                 job.fed = ch.end;
                 job.rows_before += ch.rows;
+                if (job.cacheable) hand_over(job);
                 if (job.fed < job.prompt_size()) continue;
-                if (options_.prefix_cache_entries && job.cacheable) {
-                    store_prefix(job.request.prompt, job.seq);
-                    release_followers(job.shared->id);
-                }
+                if (options_.prefix_cache_entries && job.cacheable) store_prefix(job.request.prompt, job.seq);
+                release_followers(job.shared->id);
                 job.step_start = cache_.length(job.seq) - 1;
                 job.feed.assign(1, -1);  // the prompt's last id: one row, as a plain decode step has
             }
@@ -1066,7 +1111,7 @@ private:
         }
         cache_.remove_sequence(job.seq);
         job.seq = -1;
-        if (job.follows) {
+        if (job.follows && options_.prefix_cache_entries) {
             std::lock_guard lock(mutex_);
             count_prefix(job);  // it never took its prefix: a miss
         }

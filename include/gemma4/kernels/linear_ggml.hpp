@@ -82,16 +82,18 @@ struct GgmlRows {
     ggml::BlockDecoder dec;
     ggml_avx2::DecodeBlocks vector_decode;  ///< nullptr: the portable decoder
     ggml_avx2::DotRowStored one_token;             ///< row kernels decoding in registers; nullptr: none at this level
-    ggml_avx512::DotRowStoredTokens many_tokens;
+    ggml_avx2::DotRowStoredTokens many_tokens;
     std::int64_t row_bytes, cols, groups;   ///< groups: of 256 values, the last padded
     bool mins;
 
     GgmlRows(const WeightView& view, Isa level)
         : w(&view), dec(ggml::block_decoder(view.ggml)), vector_decode(level >= Isa::Avx2 ? ggml_avx2::decoder(view.ggml) : nullptr),
           one_token(level >= Isa::Avx512 ? ggml_avx512::stored_row_kernel<false>(view.ggml)
-                    : level >= Isa::Avx2 ? ggml_avx2::stored_row_kernel(view.ggml)
+                    : level >= Isa::Avx2 ? ggml_avx2::stored_row_kernel<false>(view.ggml)
                                          : nullptr),
-          many_tokens(level >= Isa::Avx512 ? ggml_avx512::stored_row_kernel<true>(view.ggml) : nullptr),
+          many_tokens(level >= Isa::Avx512 ? ggml_avx512::stored_row_kernel<true>(view.ggml)
+                      : level >= Isa::Avx2 ? ggml_avx2::stored_row_kernel<true>(view.ggml)
+                                           : nullptr),
           row_bytes(view.ggml_row_bytes()), cols(view.cols()), groups((view.cols() + kGgmlGroup - 1) / kGgmlGroup), mins(ggml_has_mins(view.ggml)) {}
 
     /// Groups [g0, g1) of row r into `out` (its block 0 = the row's block 8·g0), zero blocks past the row's end.
@@ -112,6 +114,12 @@ struct GgmlRows {
         std::fill_n(out.dmin + filled, n, 0.0f);
     }
 };
+
+/// Whether `level`'s kernels take a code offset out through start values −offset·Σxq (all of
+/// AVX-512's; AVX2's for codes ≤ 127): GgmlActs then makes them.
+inline bool ggml_uses_start(Isa level, int offset) {
+    return offset != 0 && (level >= Isa::Avx512 || (level >= Isa::Avx2 && ggml_avx2::small_codes(offset)));
+}
 
 /// The bytes of stored rows a one-token chunk of linear_ggml holds at least (as linear_quant's).
 inline constexpr std::int64_t kGgmlStreamChunkBytes = std::int64_t{2} << 20;
@@ -147,7 +155,7 @@ inline void linear_ggml(std::span<const QuantTarget> targets, Rows<const float> 
         if (K % dec.values != 0)
             throw ShapeError("linear: '" + w.name + "' has rows of " + std::to_string(K) + " values, not a multiple of its " +
                              std::string(ggml_type_name(w.ggml)) + " blocks of " + std::to_string(dec.values));
-        if (level >= Isa::Avx512 && std::find(offsets.begin(), offsets.begin() + distinct, dec.offset) == offsets.begin() + distinct)
+        if (ggml_uses_start(level, dec.offset) && std::find(offsets.begin(), offsets.begin() + distinct, dec.offset) == offsets.begin() + distinct)
             offsets[distinct++] = dec.offset;  // at most the 6 offsets of ggml_blocks.hpp
     }
     thread_local GgmlActs acts;

@@ -1,8 +1,10 @@
 // The AVX2 level of kernels/linear_ggml.hpp: unpackers of the common types' stored super-blocks
-// into registers (Q4_K, Q5_K, Q6_K, IQ4_XS; with IQ4_NL's, the decoders to IntBlocks that every
-// vector level shares; the other types use the portable ones), the group dot product (into
-// GgmlLanes, in their lane order), and one-token row kernels that decode in registers. Compiled for AVX2 whatever the program's flags (kernels/target.hpp);
-// called only where kernels/cpu.hpp found the level.
+// into registers (Q4_K, Q5_K, Q6_K, IQ4_XS) and, with IQ4_NL's, the decoders to IntBlocks that
+// every vector level shares (the other types use the portable ones); the group dot product (into
+// GgmlLanes, in their lane order); and row kernels that decode in registers, for one token and
+// for up to 16 tokens per pass over a row. Compiled
+// for AVX2 whatever the program's flags (kernels/target.hpp); called only where kernels/cpu.hpp
+// found the level.
 //
 // Exactness: a decoder writes the bytes the portable one writes (tested). In the dot product
 // vpmaddubsw multiplies unsigned by signed bytes, so the product is taken as |c| · (xq · sign(c))
@@ -19,6 +21,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 GEMMA4_TARGET_AVX2_BEGIN
 namespace gemma4::inline GEMMA4_ABI::detail::ggml_avx2 {
@@ -187,9 +190,15 @@ inline __m256 group_mins(__m256i mins, __m256 dmin, const GgmlTokenActs& x, __m2
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, _mm256_loadu_ps(x.scale)), off);
 }
 
+/// Whether a type's codes u = c + offset are at most 127, so that vpmaddubsw takes them as they
+/// are (its int16 pair sums ≤ 2 · 127 · 127) and the start value −offset·Σxq takes the offset out;
+/// the codes of offset 128 (IQ4, Q8_0) go through |c| · (xq · sign(c)) instead.
+constexpr bool small_codes(int offset) { return offset < 128; }
+
 /// A group's terms of one token (at the group's activations) into the lanes: the float steps of
-/// ggml_dot_groups_portable (kernels/linear_ggml.hpp), one block per register.
-template <bool Mins>
+/// ggml_dot_groups_portable (kernels/linear_ggml.hpp), one block per register. `shift`: the
+/// offset in every byte, for codes that are not small.
+template <bool Mins, bool Small>
 inline void add_group(const Group& w, const GgmlTokenActs& x, __m256i shift, __m256& even, __m256& odd, __m256& off) {
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 f = _mm256_mul_ps(w.d, _mm256_loadu_ps(x.scale));
@@ -202,9 +211,15 @@ inline void add_group(const Group& w, const GgmlTokenActs& x, __m256i shift, __m
         // block b's lanes read G of its first half in 0–3, of its second in 4–7
         const int j = b % 4;
         const __m256 g = _mm256_permutevar8x32_ps(b < 4 ? g_lo : g_hi, _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1));
-        const __m256i c = _mm256_sub_epi8(w.u[b], shift);
         const __m256i q = load32(x.q + 32 * b);
-        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(q, c)), ones);
+        __m256i s;
+        if constexpr (Small) {
+            s = _mm256_madd_epi16(_mm256_maddubs_epi16(w.u[b], q), ones);
+            if (x.start) s = _mm256_add_epi32(s, load32(x.start + 8 * b));
+        } else {
+            const __m256i c = _mm256_sub_epi8(w.u[b], shift);
+            s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(q, c)), ones);
+        }
         __m256& acc = b % 2 ? odd : even;
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), g, acc);
     }
@@ -222,8 +237,14 @@ inline void dot_groups(const ggml::IntBlocks& w, std::int64_t groups, const Ggml
     Group grp;
     for (std::int64_t g = 0; g < groups; ++g) {
         load_group(w.at(8 * g), grp);
-        if (mins) add_group<true>(grp, group_acts(x, g), shift, even, odd, off);
-        else add_group<false>(grp, group_acts(x, g), shift, even, odd, off);
+        const GgmlTokenActs xg = group_acts(x, g);
+        if (small_codes(offset)) {
+            if (mins) add_group<true, true>(grp, xg, shift, even, odd, off);
+            else add_group<false, true>(grp, xg, shift, even, odd, off);
+        } else {
+            if (mins) add_group<true, false>(grp, xg, shift, even, odd, off);
+            else add_group<false, false>(grp, xg, shift, even, odd, off);
+        }
     }
     _mm256_storeu_ps(lanes.acc, even);
     _mm256_storeu_ps(lanes.acc + 8, odd);
@@ -248,21 +269,52 @@ inline float dot_row_stored(const std::byte* row, std::int64_t groups, const Ggm
     Group grp;
     for (std::int64_t g = 0; g < groups; ++g) {
         U(row + g * Bytes, grp);
-        add_group<Mins>(grp, group_acts(x, g), shift, even, odd, off);
+        add_group<Mins, small_codes(Offset)>(grp, group_acts(x, g), shift, even, odd, off);
     }
     return lanes_sum(even, odd, off);
 }
 
-using DotRowStored = float (*)(const std::byte*, std::int64_t, const GgmlTokenActs&);
+/// The same for `tokens` tokens (into y[t], with their lanes in `lanes`), each group decoded
+/// once for all of them.
+template <Unpack U, std::int64_t Bytes, int Offset, bool Mins>
+inline void dot_row_stored_tokens(const std::byte* row, std::int64_t groups, const GgmlTokenActs* x, std::int64_t tokens, GgmlLanes* lanes,
+                                  float* y) {
+    const __m256i shift = _mm256_set1_epi8(static_cast<char>(Offset));
+    Group grp;
+    for (std::int64_t t = 0; t < tokens; ++t) lanes[t] = {};
+    for (std::int64_t g = 0; g < groups; ++g) {
+        U(row + g * Bytes, grp);
+        for (std::int64_t t = 0; t < tokens; ++t) {
+            __m256 even = _mm256_loadu_ps(lanes[t].acc), odd = _mm256_loadu_ps(lanes[t].acc + 8), off = _mm256_loadu_ps(lanes[t].off);
+            add_group<Mins, small_codes(Offset)>(grp, group_acts(x[t], g), shift, even, odd, off);
+            if (g + 1 == groups) {
+                y[t] = lanes_sum(even, odd, off);
+                continue;
+            }
+            _mm256_storeu_ps(lanes[t].acc, even);
+            _mm256_storeu_ps(lanes[t].acc + 8, odd);
+            _mm256_storeu_ps(lanes[t].off, off);
+        }
+    }
+}
 
-/// The one-token row kernel of `t` that decodes in registers, or nullptr.
-inline DotRowStored stored_row_kernel(GgmlType t) {
+using DotRowStored = float (*)(const std::byte*, std::int64_t, const GgmlTokenActs&);
+using DotRowStoredTokens = void (*)(const std::byte*, std::int64_t, const GgmlTokenActs*, std::int64_t, GgmlLanes*, float*);
+
+/// The row kernels of `t` that decode in registers (one token, several), or nullptr.
+template <bool Tokens>
+inline auto stored_row_kernel(GgmlType t) {
+    using Kernel = std::conditional_t<Tokens, DotRowStoredTokens, DotRowStored>;
+    const auto pick = [&]<Unpack U, std::int64_t Bytes, int Offset, bool Mins>() -> Kernel {
+        if constexpr (Tokens) return dot_row_stored_tokens<U, Bytes, Offset, Mins>;
+        else return dot_row_stored<U, Bytes, Offset, Mins>;
+    };
     switch (t) {
-        case GgmlType::Q4_K: return dot_row_stored<unpack_q45_k<false>, 144, 0, true>;
-        case GgmlType::Q5_K: return dot_row_stored<unpack_q45_k<true>, 176, 0, true>;
-        case GgmlType::Q6_K: return dot_row_stored<unpack_q6_k, 210, 32, false>;
-        case GgmlType::IQ4_XS: return dot_row_stored<unpack_iq4_xs, 136, 128, false>;
-        default: return nullptr;
+        case GgmlType::Q4_K: return pick.template operator()<unpack_q45_k<false>, 144, 0, true>();
+        case GgmlType::Q5_K: return pick.template operator()<unpack_q45_k<true>, 176, 0, true>();
+        case GgmlType::Q6_K: return pick.template operator()<unpack_q6_k, 210, 32, false>();
+        case GgmlType::IQ4_XS: return pick.template operator()<unpack_iq4_xs, 136, 128, false>();
+        default: return Kernel{nullptr};
     }
 }
 

@@ -1,9 +1,12 @@
-// The AVX-512 VNNI level of kernels/linear_ggml.hpp's group dot product, and for the one-token
-// pass of the common types (Q4_K, Q5_K, Q6_K, IQ4_XS) decoders that unpack a stored super-block
-// straight into registers (the decoders to IntBlocks are the AVX2 level's). vpdpbusd multiplies the unsigned codes u = c + offset by the signed activations
-// and adds 4 products into each int32 lane; it starts from −offset · Σ xq of the same 4 values
-// (GgmlTokenActs::start), so each lane ends at s = Σ c · xq exactly. One register holds two
-// blocks: the lanes of an even block in 0–7, of an odd one in 8–15, which is the lane order of
+// The AVX-512 VNNI level of kernels/linear_ggml.hpp: the group dot product, and row kernels for
+// the common types (Q4_K, Q5_K, Q6_K, IQ4_XS) that unpack each stored super-block straight into
+// registers, for one token and for up to 16 tokens per pass over a row (the decoders to IntBlocks
+// are the AVX2 level's).
+//
+// vpdpbusd multiplies the unsigned codes u = c + offset by the signed activations and adds 4
+// products into each int32 lane; it starts from −offset · Σ xq of the same 4 values
+// (GgmlTokenActs::start), so each lane ends at s = Σ c · xq exactly. One register holds two blocks:
+// the lanes of an even block in 0–7, of an odd one in 8–15, which is the lane order of
 // ggml_dot_groups_portable, so the float steps and their bits are the same.
 #pragma once
 
@@ -202,7 +205,7 @@ inline void dot_row_stored_tokens(const std::byte* row, std::int64_t groups, con
 }
 
 using DotRowStored = ggml_avx2::DotRowStored;
-using DotRowStoredTokens = void (*)(const std::byte*, std::int64_t, const GgmlTokenActs*, std::int64_t, GgmlLanes*, float*);
+using DotRowStoredTokens = ggml_avx2::DotRowStoredTokens;
 
 /// The row kernels of `t` that decode in registers (one token, several), or nullptr (then rows
 /// are decoded to IntBlocks first).
