@@ -555,6 +555,26 @@ TEST_CASE("requests that arrive together with the same prompt prefill it once, w
             if (entries == 0) CHECK(s.kv_pages_in_use == 0);
         }
     }
+    // Without a prefix cache, a request that arrives when another has already prefilled their
+    // shared prompt (it is decoding now) forks that one's sequence at once.
+    Engine<float> engine(model, &fixture().tokenizer, {.step_tokens = 16, .prefix_cache_entries = 0});
+    const auto prompt = prompt_ids(81, 40);
+    std::atomic<bool> released{false};
+    GenerateOptions first = endless(4);
+    first.on_token = [&](std::int32_t, std::string_view) {
+        while (!released) std::this_thread::sleep_for(100us);
+        return true;
+    };
+    const RequestHandle a = engine.submit(request(prompt, first));
+    wait_until([&] { return engine.stats().generated_tokens >= 1; });  // its prompt is in, its first id sampled
+    const RequestHandle b = engine.submit(request(prompt, seeded(5, 3)));
+    released = true;
+    const EngineResult rb = b.wait();
+    check_same(rb, lone(model, prompt, seeded(5, 3)));
+    CHECK(rb.stats.reused_tokens == 39);
+    a.wait();
+    CHECK(engine.stats().prefilled_tokens == 40 + 1);
+    CHECK(engine.stats().kv_pages_in_use == 0);
 }
 
 TEST_CASE("cancellation by handle, flag and callback frees the request's pages", "[engine]") {

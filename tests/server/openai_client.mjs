@@ -1,6 +1,6 @@
 // The official `openai` npm client against `gemma4 serve` (run by openai_client_test.cpp, which
 // installs the package and starts the server): chat with and without streaming, usage, stop
-// strings, a tool-call round trip, tool_choice, an image message, logit_bias, seeds, penalties,
+// strings, n choices, a tool-call round trip, tool_choice, an image message, logit_bias, seeds, penalties,
 // min_tokens, the model's alias, structured output (json_schema, json_object), logprobs, errors
 // as the client's typed errors, and the Responses API (text, streamed events, a function call).
 import assert from 'node:assert/strict';
@@ -42,6 +42,21 @@ for await (const chunk of stream) {
 assert.equal(streamed, reply);
 assert.equal(finish, plain.choices[0].finish_reason);
 assert.equal(usage.completion_tokens, plain.usage.completion_tokens);
+
+// n = 2: two indexed choices, the prompt counted once; streamed, each choice's deltas add up to it.
+const two = await client.chat.completions.create({ model, messages: user('Hello!'), max_tokens: 6, temperature: 1, seed: 3, n: 2 });
+assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
+assert.equal(two.usage.prompt_tokens, plain.usage.prompt_tokens);
+const twoStreamed = ['', ''];
+let twoUsage = null;
+for await (const chunk of await client.chat.completions.create({
+  model, messages: user('Hello!'), max_tokens: 6, temperature: 1, seed: 3, n: 2, stream: true, stream_options: { include_usage: true },
+})) {
+  if (chunk.usage) twoUsage = chunk.usage;
+  for (const choice of chunk.choices) twoStreamed[choice.index] += choice.delta.content ?? '';
+}
+assert.deepEqual(twoStreamed, two.choices.map((c) => c.message.content));
+assert.equal(twoUsage.completion_tokens, two.usage.completion_tokens);
 
 // A stop string: the reply ends right before it.
 const longer = (await client.chat.completions.create({ model, messages: user('Count'), max_tokens: 12, temperature: 0 })).choices[0].message.content;
@@ -169,7 +184,7 @@ const rejects = async (promise, type, check = () => {}) => {
 await rejects(new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 }).chat.completions.create({ model, messages: user('x') }),
   OpenAI.AuthenticationError);
 await rejects(client.chat.completions.create({ model: 'gpt-4o', messages: user('x') }), OpenAI.NotFoundError);
-await rejects(client.chat.completions.create({ model, messages: user('x'), n: 2 }), OpenAI.BadRequestError);
+await rejects(client.chat.completions.create({ model, messages: user('x'), n: 9 }), OpenAI.BadRequestError, (e) => assert.equal(e.param, 'n'));
 await rejects(client.chat.completions.create({
   model, tools, messages: user('x'), tool_choice: { type: 'function', function: { name: 'get_time' } },
 }), OpenAI.BadRequestError, (e) => assert.equal(e.param, 'tool_choice.function.name'));

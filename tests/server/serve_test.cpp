@@ -213,12 +213,12 @@ TEST_CASE("serve: endpoints, SSE framing, errors, auth and limits", "[server][e2
     SECTION("every error status is OpenAI's error JSON, and the server keeps serving") {
         const std::string ok_body = chat_body("hi", 2).dump();
         auto still_serving = [&] { REQUIRE(http(port, "POST", "/v1/chat/completions", ok_body, kKey).status == 200); };
-        // 400: malformed JSON, wrong types, bad values, n > 1, bad media, remote URL, prompt too long.
+        // 400: malformed JSON, wrong types, bad values, n above --max-n, bad media, remote URL, prompt too long.
         require_openai_error(http(port, "POST", "/v1/chat/completions", "{\"messages\": [", kKey), 400);
         still_serving();
         require_openai_error(http(port, "POST", "/v1/chat/completions", R"({"messages":"hi"})", kKey), 400);
         require_openai_error(http(port, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", kKey), 400);
-        require_openai_error(http(port, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":2})", kKey), 400);
+        require_openai_error(http(port, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":9})", kKey), 400);
         json bad_image = chat_body("", 2);
         bad_image["messages"][0]["content"] = {{{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,iVBORw0KGgoAAAAAAAA"}}}}};
         auto r = http(port, "POST", "/v1/chat/completions", bad_image.dump(), kKey);

@@ -1,6 +1,7 @@
 // gemma4 serve: an OpenAI-compatible HTTP server (and Anthropic's Messages API) over the
 // continuous-batching Engine. The HTTP side (cpp-httplib) runs one thread per connection; every
-// request becomes one Engine request, so concurrent clients share forward steps. See
+// request becomes one Engine request per choice (OpenAI's `n`, submitted together so that the
+// engine prefills their prompt once), so concurrent clients share forward steps. See
 // docs/server.md.
 #include "../cli.hpp"
 #include "../generation_args.hpp"
@@ -32,6 +33,7 @@
 #include <map>
 #include <mutex>
 #include <pthread.h>
+#include <random>
 #include <thread>
 
 namespace cmd_serve {
@@ -53,6 +55,8 @@ struct ServeConfig {
     /// Every request speculates with this drafter (--lookup); the engine verifies the drafts of
     /// all decoding requests in one step.
     SpeculativeOptions speculative{};
+    /// The most choices (`n`) a chat or completion request may ask for (--max-n).
+    std::int32_t max_n = 8;
 };
 
 /// Everything a handler needs; shared by all connection threads.
@@ -164,25 +168,34 @@ private:
         bool parse_tools = false;
     };
 
-    /// State shared by a streaming response's writer (a connection thread) and the engine's
-    /// on_token (the scheduler thread).
+    /// State shared by a response's writer (a connection thread) and the engine's on_token (the
+    /// scheduler thread): one Choice per engine request of the response (the request's `n`).
     struct Stream {
+        struct Choice {
+            std::string text;  ///< produced, not yet written
+            std::vector<server::LogprobEntry> logprobs;  ///< of the tokens produced, not yet written
+            std::int64_t reply_characters = 0;           ///< of all the text produced: the next token's text_offset
+            /// on_logprob's entry, held until on_token of its id adds it with the id's text, so
+            /// that the writer never sees one without the other (only the engine's thread touches it).
+            std::optional<TokenLogprob> sampled;
+            RequestHandle handle;  ///< set by the connection thread once submitted
+        };
         std::mutex mutex;
         std::condition_variable ready;
-        std::string text;  ///< produced, not yet written
-        std::vector<server::LogprobEntry> logprobs;  ///< of the tokens produced, not yet written
-        std::int64_t reply_characters = 0;           ///< of all the text produced: the next token's text_offset
-        /// on_logprob's entry, held until on_token of its id adds it with the id's text, so that
-        /// the writer never sees one without the other (only the engine's thread touches it).
-        std::optional<TokenLogprob> sampled;
+        std::vector<Choice> choices;  ///< sized before the first submit, never after
         std::atomic<bool> client_gone{false};
-        std::optional<RequestHandle> handle;
         int socket = -1;  ///< the client's connection (server/connection.hpp), or -1: not watched
 
         /// Whether the client has gone: polls its connection until it has.
         bool hung_up() {
             if (!client_gone && socket >= 0 && server::peer_closed(socket)) client_gone = true;
             return client_gone;
+        }
+        /// Cancels the request of every choice submitted (each finishes at the engine's next
+        /// step and frees its KV pages).
+        void cancel() {
+            for (const Choice& c : choices)
+                if (c.handle.valid()) c.handle.cancel();
         }
     };
 
@@ -319,23 +332,36 @@ private:
         return {r.stats.prompt_tokens, r.stats.generated_tokens, r.stats.reused_tokens};
     }
 
+    /// The usage of a request's choices, as OpenAI counts it: the prompt once, the completion
+    /// tokens of every choice; cached: the prompt tokens that none of them prefilled (taken from
+    /// the prefix cache; the choices after the first take the prompt from the first).
+    static server::Usage usage_of(const std::vector<EngineResult>& results) {
+        server::Usage u = usage_of(results.at(0));
+        for (std::size_t i = 1; i < results.size(); ++i) {
+            u.completion_tokens += results[i].stats.generated_tokens;
+            u.cached_tokens = std::min(u.cached_tokens, results[i].stats.reused_tokens);
+        }
+        return u;
+    }
+
     /// Whether `id` ends the reply: the text of end and stop ids is not part of it.
     bool ends_reply(std::int32_t id) const {
         return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end() ||
                std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
     }
 
-    /// on_token for a request: the id's text and logprob entry (logprob_collector's) join the
-    /// reply, except for end and stop ids.
-    std::function<bool(std::int32_t, std::string_view)> collector(std::shared_ptr<Stream> stream) const {
-        return [this, stream](std::int32_t id, std::string_view text) {
+    /// on_token for choice `i` of a request: the id's text and logprob entry
+    /// (logprob_collector's) join its reply, except for end and stop ids.
+    std::function<bool(std::int32_t, std::string_view)> collector(std::shared_ptr<Stream> stream, std::size_t i) const {
+        return [this, stream, i](std::int32_t id, std::string_view text) {
+            Stream::Choice& c = stream->choices[i];
             if (!ends_reply(id)) {
                 std::lock_guard lock(stream->mutex);
-                if (stream->sampled && stream->sampled->id == id) stream->logprobs.push_back({std::move(*stream->sampled), stream->reply_characters});
-                stream->text += text;
-                stream->reply_characters += server::count_characters(text);
+                if (c.sampled && c.sampled->id == id) c.logprobs.push_back({std::move(*c.sampled), c.reply_characters});
+                c.text += text;
+                c.reply_characters += server::count_characters(text);
             }
-            stream->sampled.reset();
+            c.sampled.reset();
             stream->ready.notify_one();
             // A client that hung up stops its request at this token, even when the writer has not
             // run since (a fast model can otherwise finish the whole reply into a closed socket).
@@ -343,10 +369,66 @@ private:
         };
     }
 
-    /// on_logprob for a request, called just before on_token for the same id, which adds the
+    /// on_logprob for choice `i`, called just before on_token for the same id, which adds the
     /// entry (unless the id ends the reply) at the reply's length before the id's text.
-    static std::function<void(const TokenLogprob&)> logprob_collector(std::shared_ptr<Stream> stream) {
-        return [stream](const TokenLogprob& lp) { stream->sampled = lp; };
+    static std::function<void(const TokenLogprob&)> logprob_collector(std::shared_ptr<Stream> stream, std::size_t i) {
+        return [stream, i](const TokenLogprob& lp) { stream->choices[i].sampled = lp; };
+    }
+
+    /// The 400s of a request's `n` before anything is queued: above --max-n; more choices than
+    /// the queue holds (they wait there together); with --kv-budget, choices whose KV
+    /// reservations (each may need its prompt and max_tokens new ids: admission's account,
+    /// though their prompt pages are shared) cannot all be held at once, so that they could not
+    /// run together. A single choice that can never fit is the engine's own 400.
+    void check_choices(const EngineRequest<float>& r, std::int32_t n) const {
+        if (n > config_.max_n) throw server::bad_field("n", "must be at most " + std::to_string(config_.max_n) + " (this server's --max-n)");
+        if (n == 1) return;
+        const std::int32_t queue = engine_.options().max_queue;
+        if (n > queue)
+            throw server::bad_field("n", std::to_string(n) + " choices wait in the engine's queue together, which holds " + std::to_string(queue) +
+                                             " requests (--queue)");
+        const std::size_t budget = engine_.options().kv_bytes;
+        if (!budget) return;
+        const GenerateOptions& o = r.options;
+        const auto prompt = static_cast<std::int64_t>(r.prompt.size());
+        const std::int64_t chunk = std::max(o.prefill_chunk, o.speculative.enabled() ? 2 * o.speculative.draft_max + 1 : 1);
+        const std::size_t one = engine_.kv_bytes_needed(prompt, o.max_new_tokens, chunk);
+        if (one > budget) return;
+        if (one * static_cast<std::size_t>(n) > budget)
+            throw server::bad_field("n", std::to_string(n) + " choices of a " + std::to_string(prompt) + "-token prompt and up to " +
+                                             std::to_string(o.max_new_tokens) + " new tokens each need " + std::to_string(one * static_cast<std::size_t>(n)) +
+                                             " bytes of KV pages, more than the budget of " + std::to_string(budget) +
+                                             " (--kv-budget); ask for fewer choices or a smaller max_tokens");
+    }
+
+    /// A seed for a choice of a request without `seed` (n > 1): each gets its own.
+    static std::uint64_t random_seed() {
+        std::random_device device;
+        return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+    }
+
+    /// Submits `n` copies of `request`, one per choice, one right after the other: the first
+    /// prefills the prompt and the others, admitted while it does (or later, from the prefix
+    /// cache), take its pages (Engine's prompt sharing). Choice i samples with the request's seed
+    /// + i, or without `seed` (and n > 1) with a random one. If one cannot be queued, those
+    /// queued are cancelled and the error goes on (429 for a full queue).
+    std::shared_ptr<Stream> submit(const httplib::Request& req, EngineRequest<float> request, std::int32_t n, bool seeded) {
+        auto stream = stream_for(req);
+        stream->choices.resize(static_cast<std::size_t>(n));
+        const std::uint64_t seed = request.options.sampling.seed;
+        try {
+            for (std::int32_t i = 0; i < n; ++i) {
+                EngineRequest<float> r = i + 1 < n ? request : std::move(request);
+                r.options.sampling.seed = n > 1 && !seeded ? random_seed() : seed + static_cast<std::uint64_t>(i);
+                r.options.on_token = collector(stream, static_cast<std::size_t>(i));
+                r.options.on_logprob = logprob_collector(stream, static_cast<std::size_t>(i));
+                stream->choices[static_cast<std::size_t>(i)].handle = engine_.submit(std::move(r));
+            }
+        } catch (...) {
+            stream->cancel();
+            throw;
+        }
+        return stream;
     }
 
     /// A request that was accepted and then failed in the engine. A prompt over the context is
@@ -363,15 +445,25 @@ private:
         }
     }
 
-    /// Waits for a non-streaming request's result, watching its connection meanwhile: a client
-    /// that goes away cancels the request (its KV pages are freed at the engine's next step), as a
-    /// streaming one does. Rethrows a failed request's error (rethrow_generation_error).
-    EngineResult finished_unless_gone(Stream& stream) const {
-        std::optional<EngineResult> r;
-        while (!(r = stream.handle->wait_for(std::chrono::milliseconds(100))))  // also while queued
-            if (stream.hung_up()) stream.handle->cancel();
-        if (r->error) rethrow_generation_error(r->error);
-        return std::move(*r);
+    /// Waits for the results of a non-streaming request's choices, watching its connection
+    /// meanwhile: a client that goes away cancels them (their KV pages are freed at the engine's
+    /// next step), as a streaming one does. A choice that fails cancels the others; its error is
+    /// rethrown (rethrow_generation_error).
+    std::vector<EngineResult> finished_unless_gone(Stream& stream) const {
+        std::vector<EngineResult> results;
+        std::exception_ptr error;
+        for (const Stream::Choice& c : stream.choices) {
+            std::optional<EngineResult> r;
+            while (!(r = c.handle.wait_for(std::chrono::milliseconds(100))))  // also while queued
+                if (stream.hung_up()) stream.cancel();
+            if (r->error && !error) {
+                error = r->error;
+                stream.cancel();
+            }
+            results.push_back(std::move(*r));
+        }
+        if (error) rethrow_generation_error(error);
+        return results;
     }
 
     /// A chat request (of any of the three APIs) in the engine: its stream, and its prompt's length.
@@ -380,17 +472,16 @@ private:
         std::int64_t prompt_tokens = 0;
     };
 
-    /// Submits `cr` with `prompt` (its rendering) and its media; `grammar` constrains the reply.
+    /// Submits `cr` with `prompt` (its rendering) and its media, one engine request per choice
+    /// (`n`); `grammar` constrains every reply.
     Submitted submit_chat(const httplib::Request& req, const server::ChatRequest& cr, const std::string& prompt,
                           const std::optional<server::OutputGrammar>& grammar) {
         const auto media = server::decode_media<float>(cr.media, engine_.model().config(), config_.max_soft_tokens);
         Prepared p = prepare(tokenizer_.encode(prompt, /*add_special=*/false), media, cr.sampling);
         constrain(p.request.options, grammar, cr.thinking, cr.sampling.ignore_eos, server::reply_prefill(cr));
-        Submitted submitted{stream_for(req), static_cast<std::int64_t>(p.request.prompt.size())};
-        p.request.options.on_token = collector(submitted.stream);
-        p.request.options.on_logprob = logprob_collector(submitted.stream);
-        submitted.stream->handle = engine_.submit(std::move(p.request));
-        return submitted;
+        check_choices(p.request, cr.sampling.n);
+        const auto prompt_tokens = static_cast<std::int64_t>(p.request.prompt.size());
+        return {submit(req, std::move(p.request), cr.sampling.n, cr.sampling.seed.has_value()), prompt_tokens};
     }
 
     void chat(const httplib::Request& req, httplib::Response& res) {
@@ -407,18 +498,24 @@ private:
         const std::int64_t created = server::unix_seconds();
         const auto stream = submit_chat(req, cr, server::render_prompt(cr), grammar).stream;
         if (cr.sampling.stream) return stream_chat(res, stream, cr, id, created);
-        const EngineResult r = finished_unless_gone(*stream);
-        std::lock_guard lock(stream->mutex);  // every on_token and on_logprob ran before the request finished
-        const server::ParsedReply reply = server::parse_chat_reply(cr, stream->text);
-        const json logprobs = cr.sampling.logprobs >= 0 ? server::chat_logprobs(tokenizer_, stream->logprobs) : json(nullptr);
-        res.set_content(server::chat_completion(id, model_id_, created, reply, finish_reason(r.finish, !reply.tool_calls.empty()), usage_of(r), logprobs)
-                            .dump(-1, ' ', false, json::error_handler_t::replace),
+        const std::vector<EngineResult> results = finished_unless_gone(*stream);
+        std::lock_guard lock(stream->mutex);  // every on_token and on_logprob ran before the requests finished
+        std::vector<server::ChatChoice> choices;
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            const Stream::Choice& c = stream->choices[i];
+            server::ParsedReply reply = server::parse_chat_reply(cr, c.text);
+            const std::string finish = finish_reason(results[i].finish, !reply.tool_calls.empty());
+            choices.push_back({std::move(reply), finish, cr.sampling.logprobs >= 0 ? server::chat_logprobs(tokenizer_, c.logprobs) : json(nullptr)});
+        }
+        res.set_content(server::chat_completion(id, model_id_, created, choices, usage_of(results)).dump(-1, ' ', false, json::error_handler_t::replace),
                         "application/json");
     }
 
-    /// A chat's Server-Sent Events. A chunk with a delta carries, with logprobs asked for, the
-    /// entries of the tokens that arrived since the last chunk that carried some; what is left at
-    /// the end rides on the finish_reason chunk.
+    /// A chat's Server-Sent Events, every chunk of one choice (its `index`); the choices' chunks
+    /// interleave as they are generated. A chunk with a delta carries, with logprobs asked for,
+    /// the entries of its choice's tokens that arrived since the last chunk that carried some;
+    /// what is left at the end rides on the choice's finish_reason chunk. The usage chunk comes
+    /// after every choice has ended.
     void stream_chat(httplib::Response& res, std::shared_ptr<Stream> stream, const server::ChatRequest& cr, const std::string& id,
                      std::int64_t created) {
         struct Writer {
@@ -435,35 +532,42 @@ private:
                 return j;
             }
         };
-        auto writer = std::make_shared<Writer>();
-        writer->parser = server::reply_parser_for(cr, &writer->prefill_events);
-        writer->want_logprobs = cr.sampling.logprobs >= 0;
+        auto writers = std::make_shared<std::vector<Writer>>(stream->choices.size());
+        for (Writer& writer : *writers) {
+            writer.parser = server::reply_parser_for(cr, &writer.prefill_events);
+            writer.want_logprobs = cr.sampling.logprobs >= 0;
+        }
         const bool include_usage = cr.sampling.include_usage;
-        stream_response(res, stream, [=, this](std::string piece, std::vector<server::LogprobEntry> entries, const EngineResult* done) {
-            std::string out;
-            writer->logprobs.insert(writer->logprobs.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
-            std::vector<server::ReplyEvent> events;
-            if (!writer->started) {
-                writer->started = true;
-                out += server::sse_event(server::chat_chunk(id, model_id_, created, {{"role", "assistant"}, {"content", ""}}));
-                events = std::move(writer->prefill_events);  // a forced call's name, sent at once
-            }
-            auto fed = writer->parser.feed(piece);
-            events.insert(events.end(), fed.begin(), fed.end());
-            if (done) {
-                auto rest = writer->parser.finish();
-                events.insert(events.end(), rest.begin(), rest.end());
-            }
-            for (const auto& e : events)
-                if (json delta = writer->deltas.delta_for(e); !delta.is_null())
-                    out += server::sse_event(server::chat_chunk(id, model_id_, created, std::move(delta), nullptr, writer->take_logprobs(tokenizer_)));
-            if (done) {
-                out += server::sse_event(server::chat_chunk(id, model_id_, created, json::object(),
-                                                            finish_reason(done->finish, writer->parser.saw_tool_call()), writer->take_logprobs(tokenizer_)));
-                if (include_usage) out += server::sse_event(server::usage_chunk(id, "chat.completion.chunk", model_id_, created, usage_of(*done)));
-            }
-            return out;
-        });
+        stream_response(
+            res, stream,
+            [=, this](std::size_t i, std::string piece, std::vector<server::LogprobEntry> entries, const EngineResult* done) {
+                Writer& writer = (*writers)[i];
+                std::string out;
+                writer.logprobs.insert(writer.logprobs.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
+                std::vector<server::ReplyEvent> events;
+                if (!writer.started) {
+                    writer.started = true;
+                    out += server::sse_event(server::chat_chunk(id, model_id_, created, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr, i));
+                    events = std::move(writer.prefill_events);  // a forced call's name, sent at once
+                }
+                auto fed = writer.parser.feed(piece);
+                events.insert(events.end(), fed.begin(), fed.end());
+                if (done) {
+                    auto rest = writer.parser.finish();
+                    events.insert(events.end(), rest.begin(), rest.end());
+                }
+                for (const auto& e : events)
+                    if (json delta = writer.deltas.delta_for(e); !delta.is_null())
+                        out += server::sse_event(server::chat_chunk(id, model_id_, created, std::move(delta), nullptr, writer.take_logprobs(tokenizer_), i));
+                if (done)
+                    out += server::sse_event(server::chat_chunk(id, model_id_, created, json::object(), finish_reason(done->finish, writer.parser.saw_tool_call()),
+                                                                writer.take_logprobs(tokenizer_), i));
+                return out;
+            },
+            [=, this](const std::vector<EngineResult>& results) {
+                return include_usage ? server::sse_event(server::usage_chunk(id, "chat.completion.chunk", model_id_, created, usage_of(results)))
+                                     : std::string();
+            });
     }
 
     void complete(const httplib::Request& req, httplib::Response& res) {
@@ -486,19 +590,21 @@ private:
         const auto grammar = server::parse_output_grammar(nlohmann::ordered_json::parse(req.body));
         Prepared prepared = prepare(std::move(ids), {}, s);
         constrain(prepared.request.options, grammar, false, s.ignore_eos);
-        auto stream = stream_for(req);
-        prepared.request.options.on_token = collector(stream);
-        prepared.request.options.on_logprob = logprob_collector(stream);
+        check_choices(prepared.request, s.n);
         const std::string id = server::make_id("cmpl-");
         const std::int64_t created = server::unix_seconds();
-        stream->handle = engine_.submit(std::move(prepared.request));
+        const auto stream = submit(req, std::move(prepared.request), s.n, s.seed.has_value());
         if (s.stream) return stream_completion(res, stream, s, id, created);
-        const EngineResult r = finished_unless_gone(*stream);
-        const server::Usage usage = usage_of(r);
+        const std::vector<EngineResult> results = finished_unless_gone(*stream);
+        const server::Usage usage = usage_of(results);
         std::lock_guard lock(stream->mutex);
-        const auto logprobs = s.logprobs >= 0 ? server::completion_logprobs(tokenizer_, stream->logprobs) : nlohmann::ordered_json(nullptr);
-        res.set_content(server::text_completion(id, model_id_, created, stream->text, finish_reason(r.finish, false), &usage, logprobs)
-                            .dump(-1, ' ', false, json::error_handler_t::replace),
+        std::vector<server::TextChoice> choices;
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            const Stream::Choice& c = stream->choices[i];
+            choices.push_back({c.text, finish_reason(results[i].finish, false),
+                               s.logprobs >= 0 ? server::completion_logprobs(tokenizer_, c.logprobs) : nlohmann::ordered_json(nullptr)});
+        }
+        res.set_content(server::text_completion(id, model_id_, created, choices, &usage).dump(-1, ' ', false, json::error_handler_t::replace),
                         "application/json");
     }
 
@@ -572,36 +678,45 @@ private:
         };
         if (cr.sampling.stream)
             return stream_response(
-                res, submitted.stream, [step](std::string piece, std::vector<server::LogprobEntry>, const EngineResult* done) { return step(piece, done); },
+                res, submitted.stream,
+                [step](std::size_t, std::string piece, std::vector<server::LogprobEntry>, const EngineResult* done) { return step(piece, done); },
+                [](const std::vector<EngineResult>&) { return std::string(); },
                 StreamFraming{.done = "", .error = [encoder](const std::string& message) { return encoder->error(message); }});
-        const EngineResult r = finished_unless_gone(*submitted.stream);
+        const EngineResult r = finished_unless_gone(*submitted.stream).at(0);
         std::lock_guard lock(submitted.stream->mutex);  // every on_token ran before the request finished
-        step(submitted.stream->text, &r);
+        step(submitted.stream->choices.at(0).text, &r);
         res.set_content(body_of(*encoder).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     }
 
-    /// A completion's Server-Sent Events: each text chunk carries, with logprobs asked for, the
-    /// entries of the tokens that arrived since the last text chunk; what is left at the end
-    /// rides on the finish_reason chunk.
+    /// A completion's Server-Sent Events, every chunk of one choice (its `index`), interleaved as
+    /// they are generated: each text chunk carries, with logprobs asked for, the entries of its
+    /// choice's tokens that arrived since its last text chunk; what is left at the end rides on
+    /// the choice's finish_reason chunk. The usage chunk comes after every choice has ended.
     void stream_completion(httplib::Response& res, std::shared_ptr<Stream> stream, const server::SamplingFields& s, const std::string& id,
                            std::int64_t created) {
         const bool include_usage = s.include_usage, want_logprobs = s.logprobs >= 0;
-        auto pending = std::make_shared<std::vector<server::LogprobEntry>>();  // of tokens no chunk has carried yet
-        stream_response(res, stream, [=, this](std::string piece, std::vector<server::LogprobEntry> entries, const EngineResult* done) {
-            pending->insert(pending->end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
-            const auto take_logprobs = [&] {
-                nlohmann::ordered_json j = want_logprobs && !pending->empty() ? server::completion_logprobs(tokenizer_, *pending) : nullptr;
-                pending->clear();
-                return j;
-            };
-            std::string out;
-            if (!piece.empty()) out += server::sse_event(server::text_completion(id, model_id_, created, piece, nullptr, nullptr, take_logprobs()));
-            if (done) {
-                out += server::sse_event(server::text_completion(id, model_id_, created, "", finish_reason(done->finish, false), nullptr, take_logprobs()));
-                if (include_usage) out += server::sse_event(server::usage_chunk(id, "text_completion", model_id_, created, usage_of(*done)));
-            }
-            return out;
-        });
+        // Per choice, the entries of tokens no chunk has carried yet.
+        auto pending = std::make_shared<std::vector<std::vector<server::LogprobEntry>>>(stream->choices.size());
+        stream_response(
+            res, stream,
+            [=, this](std::size_t i, std::string piece, std::vector<server::LogprobEntry> entries, const EngineResult* done) {
+                std::vector<server::LogprobEntry>& held = (*pending)[i];
+                held.insert(held.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
+                const auto take_logprobs = [&] {
+                    nlohmann::ordered_json j = want_logprobs && !held.empty() ? server::completion_logprobs(tokenizer_, held) : nullptr;
+                    held.clear();
+                    return j;
+                };
+                std::string out;
+                if (!piece.empty()) out += server::sse_event(server::text_completion(id, model_id_, created, piece, nullptr, nullptr, take_logprobs(), i));
+                if (done)
+                    out += server::sse_event(
+                        server::text_completion(id, model_id_, created, "", finish_reason(done->finish, false), nullptr, take_logprobs(), i));
+                return out;
+            },
+            [=, this](const std::vector<EngineResult>& results) {
+                return include_usage ? server::sse_event(server::usage_chunk(id, "text_completion", model_id_, created, usage_of(results))) : std::string();
+            });
     }
 
     /// How a stream ends: OpenAI's chat and completions with `data: [DONE]`, a failure as an
@@ -614,63 +729,95 @@ private:
         };
     };
 
-    /// An SSE response fed by `stream`. `encode(piece, logprobs, done)` turns new text, the
-    /// entries of the tokens that produced it (and, once, the finished result) into events. A client that goes away cancels its request, which frees
-    /// its KV pages.
-    template <class Encode>
-    void stream_response(httplib::Response& res, std::shared_ptr<Stream> stream, Encode encode, StreamFraming framing = {}) {
+    /// An SSE response fed by `stream`'s choices. `encode(i, piece, logprobs, done)` turns choice
+    /// i's new text, the entries of the tokens that produced it (and, once, its finished result)
+    /// into events; the choices' events interleave as they are generated. `finish(results)`
+    /// writes what comes after the last choice has ended (a usage chunk), then a failed choice's
+    /// error (a failure cancels the other choices), then the framing's end. A client that goes
+    /// away cancels every choice, which frees their KV pages.
+    template <class Encode, class Finish>
+    void stream_response(httplib::Response& res, std::shared_ptr<Stream> stream, Encode encode, Finish finish, StreamFraming framing = {}) {
         res.set_header("Cache-Control", "no-cache");
         res.set_header("X-Accel-Buffering", "no");
-        auto finished_flag = std::make_shared<bool>(false);
+        struct Progress {
+            std::vector<std::optional<EngineResult>> results;  ///< of the choices whose end was written
+            std::string error;                                 ///< the first failed choice's
+            bool finished = false;
+        };
+        auto progress = std::make_shared<Progress>();
+        progress->results.resize(stream->choices.size());
         ++open_streams_;
         res.set_chunked_content_provider(
             "text/event-stream",
-            [stream, encode, finished_flag, framing](std::size_t, httplib::DataSink& sink) mutable {
+            [stream, encode, finish, progress, framing](std::size_t, httplib::DataSink& sink) mutable {
                 auto gone = [&] {
                     stream->client_gone = true;
-                    stream->handle->cancel();
+                    stream->cancel();
                     return false;
                 };
                 if (!sink.is_writable()) return gone();
-                std::string piece;
-                std::vector<server::LogprobEntry> logprobs;
+                const std::size_t n = stream->choices.size();
+                std::vector<std::string> pieces(n);
+                std::vector<std::vector<server::LogprobEntry>> logprobs(n);
                 {
                     std::unique_lock lock(stream->mutex);
-                    stream->ready.wait_for(lock, std::chrono::milliseconds(50), [&] { return !stream->text.empty(); });
-                    piece.swap(stream->text);
-                    logprobs.swap(stream->logprobs);
-                }
-                std::optional<EngineResult> result;
-                if (stream->handle->done()) {
-                    result = stream->handle->wait();
-                    std::lock_guard lock(stream->mutex);  // every on_token ran before the request finished
-                    piece += stream->text;
-                    stream->text.clear();
-                    logprobs.insert(logprobs.end(), std::make_move_iterator(stream->logprobs.begin()), std::make_move_iterator(stream->logprobs.end()));
-                    stream->logprobs.clear();
-                }
-                std::string out = encode(std::move(piece), std::move(logprobs), result ? &*result : nullptr);
-                if (result && result->error) {
-                    std::string message = "generation failed";
-                    try {
-                        std::rethrow_exception(result->error);
-                    } catch (const std::exception& e) {
-                        message = e.what();
+                    stream->ready.wait_for(lock, std::chrono::milliseconds(50), [&] {
+                        return std::any_of(stream->choices.begin(), stream->choices.end(), [](const Stream::Choice& c) { return !c.text.empty(); });
+                    });
+                    for (std::size_t i = 0; i < n; ++i) {
+                        pieces[i].swap(stream->choices[i].text);
+                        logprobs[i].swap(stream->choices[i].logprobs);
                     }
-                    out += framing.error(message);
+                }
+                std::string out;
+                bool all_done = true;
+                for (std::size_t i = 0; i < n; ++i) {
+                    if (progress->results[i]) continue;  // its end is written
+                    Stream::Choice& c = stream->choices[i];
+                    std::optional<EngineResult> result;
+                    if (c.handle.done()) {
+                        result = c.handle.wait();
+                        std::lock_guard lock(stream->mutex);  // every on_token ran before the request finished
+                        pieces[i] += c.text;
+                        c.text.clear();
+                        logprobs[i].insert(logprobs[i].end(), std::make_move_iterator(c.logprobs.begin()), std::make_move_iterator(c.logprobs.end()));
+                        c.logprobs.clear();
+                    }
+                    out += encode(i, std::move(pieces[i]), std::move(logprobs[i]), result ? &*result : nullptr);
+                    if (!result) {
+                        all_done = false;
+                        continue;
+                    }
+                    if (result->error && progress->error.empty()) {
+                        progress->error = "generation failed";
+                        try {
+                            std::rethrow_exception(result->error);
+                        } catch (const std::exception& e) {
+                            progress->error = e.what();
+                        } catch (...) {
+                        }
+                        stream->cancel();  // the other choices end at the engine's next step
+                    }
+                    progress->results[i] = std::move(result);
+                }
+                if (all_done) {
+                    std::vector<EngineResult> results;
+                    for (auto& r : progress->results) results.push_back(std::move(*r));
+                    out += finish(results);
+                    if (!progress->error.empty()) out += framing.error(progress->error);
                 }
                 if (!out.empty() && !sink.write(out.data(), out.size())) return gone();
-                if (result) {
+                if (all_done) {
                     if (!framing.done.empty() && !sink.write(framing.done.data(), framing.done.size())) return gone();
-                    *finished_flag = true;
+                    progress->finished = true;
                     sink.done();
                 }
                 return true;
             },
-            [this, stream, finished_flag](bool success) {
-                if (!success || !*finished_flag) {
+            [this, stream, progress](bool success) {
+                if (!success || !progress->finished) {
                     stream->client_gone = true;
-                    stream->handle->cancel();
+                    stream->cancel();
                 }
                 --open_streams_;
             });
@@ -778,11 +925,13 @@ int run(cli::Args& args) {
     config.max_soft_tokens = args.number<int>("max-soft-tokens", config.max_soft_tokens);
     config.grace_seconds = args.number<double>("grace", config.grace_seconds);
     config.accept_any_model = args.flag("accept-any-model");
+    config.max_n = args.number<std::int32_t>("max-n", config.max_n);
     EngineOptions engine_options;
     engine_options.max_sequences = args.number<std::int32_t>("parallel", engine_options.max_sequences);
     engine_options.context = args.number<std::int64_t>("ctx-size", 0);
     engine_options.max_queue = args.number<std::int32_t>("queue", engine_options.max_queue);
     engine_options.kv_bytes = args.bytes("kv-budget", 0);
+    engine_options.prefix_cache_entries = args.number<std::int32_t>("prefix-cache", engine_options.prefix_cache_entries);
     const std::string weights = args.get("weights").value_or("as-stored");
     const std::int64_t quant_block = args.quant_block();
     const std::filesystem::path mmproj = args.mmproj();
@@ -797,6 +946,8 @@ int run(cli::Args& args) {
     if (engine_options.max_sequences < 1) throw InvalidArgument("serve: --parallel must be at least 1");
     if (engine_options.max_queue < 0) throw InvalidArgument("serve: --queue must be >= 0");
     if (engine_options.context < 0) throw InvalidArgument("serve: --ctx-size must be >= 0");
+    if (engine_options.prefix_cache_entries < 0) throw InvalidArgument("serve: --prefix-cache must be >= 0");
+    if (config.max_n < 1) throw InvalidArgument("serve: --max-n must be at least 1");
     if (config.max_body < 1024) throw InvalidArgument("serve: --max-body must be at least 1024 bytes");
     if (config.grace_seconds < 0) throw InvalidArgument("serve: --grace must be >= 0");
     // Anyone who can reach a public address could use the model: require a key there.
@@ -885,6 +1036,8 @@ const cli::Command reg{"serve", "OpenAI-compatible HTTP server (chat, completion
                            {"ctx-size", "N", "context of each request in tokens (default: the model's)"},
                            {"queue", "N", "requests waiting beyond --parallel before 429 (default: 64)"},
                            {"kv-budget", "SIZE", "KV cache bytes for running requests and kept prefixes (K, M, G suffixes): a request waits until its pages fit, one that never can is a 400 (default: no bound beyond --parallel)"},
+                           {"prefix-cache", "N", "prompt and conversation states kept for reuse by later requests (default: 16; 0: none, requests sent together still share their prompt)"},
+                           {"max-n", "N", "most choices (n) a chat or completion request may ask for; more is a 400 (default: 8)"},
                            {"api-key", "KEY", "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every endpoint but /health"},
                            {"weights", "FORMAT", "as-stored (default), bf16, int8 or int4: re-encode the weights at load"},
                            {"max-body", "BYTES", "largest request body; larger ones get 413 (default: 16 MiB)"},

@@ -31,11 +31,11 @@ struct ToolCallMessage {
 /// One message, its content already rendered the way the template writes it (text trimmed,
 /// media parts as <|image|> / <|audio|>, thoughts stripped from assistant text).
 struct Message {
-    std::string role;  ///< system, user, assistant, tool
-    std::string content;
-    std::vector<ToolCallMessage> tool_calls;  ///< assistant
-    std::string tool_call_id, name;           ///< tool
-    std::string reasoning;                    ///< assistant's reasoning_content, if sent back
+    std::string role{};  ///< system, user, assistant, tool
+    std::string content{};
+    std::vector<ToolCallMessage> tool_calls{};  ///< assistant
+    std::string tool_call_id{}, name{};         ///< tool
+    std::string reasoning{};                    ///< assistant's reasoning_content, if sent back
 };
 
 struct MediaItem {
@@ -66,6 +66,9 @@ struct SamplingFields {
     /// GenerateOptions::logprobs: -1 off, else the top alternatives per token (chat's
     /// logprobs + top_logprobs, the completions' logprobs).
     std::int32_t logprobs = -1;
+    /// OpenAI's `n`: the choices to generate for the prompt (at least 1; the server bounds it
+    /// with --max-n). Choice i samples with seed + i.
+    std::int32_t n = 1;
 };
 
 /// OpenAI's tool_choice. None: no tools offered, no calls parsed. Auto: the model decides.
@@ -174,9 +177,7 @@ inline SamplingFields parse_sampling(const nlohmann::json& body) {
         s.seed = v->is_number_unsigned() ? v->get<std::uint64_t>() : static_cast<std::uint64_t>(v->get<std::int64_t>());
     }
     parse_penalties(body, s);
-    if (auto v = field(body, "n")) {
-        if (integer_field(*v, "n", 1, INT32_MAX) != 1) throw ApiError(400, "n: only n=1 is supported", "invalid_request_error", "n");
-    }
+    if (auto v = field(body, "n")) s.n = static_cast<std::int32_t>(integer_field(*v, "n", 1, INT32_MAX));
     if (auto v = field(body, "stop")) {
         if (v->is_string()) {
             s.stop.push_back(v->get<std::string>());

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace gemma4::server {
 
@@ -64,34 +65,50 @@ inline nlohmann::json tool_call_json(const ParsedToolCall& call, const std::stri
     return {{"id", id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", arguments_text(call)}}}};
 }
 
-/// The non-streaming chat response; `logprobs` is chat_logprobs' (server/token_logprobs.hpp) or null.
-inline nlohmann::json chat_completion(const std::string& id, const std::string& model, std::int64_t created, const ParsedReply& reply,
-                                      const std::string& finish_reason, const Usage& usage, const nlohmann::json& logprobs = nullptr) {
-    nlohmann::json message = {{"role", "assistant"}, {"content", reply.content}};
-    if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
-    if (!reply.tool_calls.empty()) {
-        nlohmann::json calls = nlohmann::json::array();
-        for (const auto& c : reply.tool_calls) calls.push_back(tool_call_json(c, make_id("call_")));
-        message["tool_calls"] = calls;
-        if (reply.content.empty()) message["content"] = nullptr;
+/// One choice of a chat response (a request's `n` gives several): its parsed reply, how it
+/// ended, and chat_logprobs' entries (server/token_logprobs.hpp) or null.
+struct ChatChoice {
+    ParsedReply reply;
+    std::string finish_reason;
+    nlohmann::json logprobs = nullptr;
+};
+
+/// The non-streaming chat response, its choices indexed in order; `usage` counts the prompt
+/// once and the completion tokens of every choice, as OpenAI's does.
+inline nlohmann::json chat_completion(const std::string& id, const std::string& model, std::int64_t created, const std::vector<ChatChoice>& choices,
+                                      const Usage& usage) {
+    nlohmann::json out = nlohmann::json::array();
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+        const ParsedReply& reply = choices[i].reply;
+        nlohmann::json message = {{"role", "assistant"}, {"content", reply.content}};
+        if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
+        if (!reply.tool_calls.empty()) {
+            nlohmann::json calls = nlohmann::json::array();
+            for (const auto& c : reply.tool_calls) calls.push_back(tool_call_json(c, make_id("call_")));
+            message["tool_calls"] = calls;
+            if (reply.content.empty()) message["content"] = nullptr;
+        }
+        out.push_back({{"index", i}, {"message", message}, {"logprobs", choices[i].logprobs}, {"finish_reason", choices[i].finish_reason}});
     }
-    return {{"id", id},
-            {"object", "chat.completion"},
-            {"created", created},
-            {"model", model},
-            {"choices", nlohmann::json::array({{{"index", 0}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})},
-            {"usage", usage.to_json()}};
+    return {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model}, {"choices", std::move(out)}, {"usage", usage.to_json()}};
 }
 
-/// One chunk of a chat stream; `delta` is {"role"}, {"content"}, {"reasoning_content"} or
-/// {"tool_calls"}; `logprobs` the chat_logprobs of the tokens the chunk carries, or null.
+/// A response of one choice.
+inline nlohmann::json chat_completion(const std::string& id, const std::string& model, std::int64_t created, const ParsedReply& reply,
+                                      const std::string& finish_reason, const Usage& usage, const nlohmann::json& logprobs = nullptr) {
+    return chat_completion(id, model, created, std::vector<ChatChoice>{{reply, finish_reason, logprobs}}, usage);
+}
+
+/// One chunk of a chat stream, of choice `index`; `delta` is {"role"}, {"content"},
+/// {"reasoning_content"} or {"tool_calls"}; `logprobs` the chat_logprobs of the tokens the
+/// chunk carries, or null.
 inline nlohmann::json chat_chunk(const std::string& id, const std::string& model, std::int64_t created, nlohmann::json delta,
-                                 const nlohmann::json& finish_reason = nullptr, const nlohmann::json& logprobs = nullptr) {
+                                 const nlohmann::json& finish_reason = nullptr, const nlohmann::json& logprobs = nullptr, std::size_t index = 0) {
     return {{"id", id},
             {"object", "chat.completion.chunk"},
             {"created", created},
             {"model", model},
-            {"choices", nlohmann::json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})}};
+            {"choices", nlohmann::json::array({{{"index", index}, {"delta", std::move(delta)}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})}};
 }
 
 /// The last chunk of a stream with stream_options.include_usage: no choices, only usage.
@@ -126,20 +143,32 @@ private:
     int index_ = 0;
 };
 
-/// A completion or one chunk of its stream; `logprobs` is completion_logprobs'
-/// (server/token_logprobs.hpp) or null. Ordered: the logprobs' `top_logprobs` objects list their
-/// tokens most likely first.
-inline nlohmann::ordered_json text_completion(const std::string& id, const std::string& model, std::int64_t created, const std::string& text,
-                                              const nlohmann::json& finish_reason, const Usage* usage,
-                                              const nlohmann::ordered_json& logprobs = nullptr) {
-    nlohmann::ordered_json r = {
-        {"id", id},
-        {"object", "text_completion"},
-        {"created", created},
-        {"model", model},
-        {"choices", nlohmann::ordered_json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})}};
+/// One choice of a completion: its text, how it ended (null in a stream's text chunks), and
+/// completion_logprobs' entries (server/token_logprobs.hpp) or null.
+struct TextChoice {
+    std::string text;
+    nlohmann::json finish_reason = nullptr;
+    nlohmann::ordered_json logprobs = nullptr;
+};
+
+/// A completion of several choices (indexed in order) or one chunk of its stream (one choice,
+/// `first_index` its index). Ordered: the logprobs' `top_logprobs` objects list their tokens
+/// most likely first.
+inline nlohmann::ordered_json text_completion(const std::string& id, const std::string& model, std::int64_t created,
+                                              const std::vector<TextChoice>& choices, const Usage* usage, std::size_t first_index = 0) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < choices.size(); ++i)
+        out.push_back({{"index", first_index + i}, {"text", choices[i].text}, {"logprobs", choices[i].logprobs}, {"finish_reason", choices[i].finish_reason}});
+    nlohmann::ordered_json r = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"choices", std::move(out)}};
     if (usage) r["usage"] = usage->to_json();
     return r;
+}
+
+/// A completion of one choice, or a chunk of choice `index`'s stream.
+inline nlohmann::ordered_json text_completion(const std::string& id, const std::string& model, std::int64_t created, const std::string& text,
+                                              const nlohmann::json& finish_reason, const Usage* usage,
+                                              const nlohmann::ordered_json& logprobs = nullptr, std::size_t index = 0) {
+    return text_completion(id, model, created, std::vector<TextChoice>{{text, finish_reason, logprobs}}, usage, index);
 }
 
 }  // namespace gemma4::server

@@ -21,7 +21,7 @@ enum class BlockKind { Text, Thinking, ToolCall };
 struct BlockStep {
     enum Kind { Start, Delta, Stop } kind;
     BlockKind block;
-    std::string text;       ///< Delta: text, thinking, or a fragment of the call's JSON arguments
+    std::string text{};     ///< Delta: text, thinking, or a fragment of the call's JSON arguments
     ParsedToolCall call{};  ///< ToolCall's Start: the name; its Stop: the whole call
     /// A ToolCall's Stop when the call turned out malformed: there is no call, and its text
     /// follows as a Text block (a stream cannot take back what it sent of it).
@@ -82,7 +82,7 @@ private:
 struct ReplyEnd {
     FinishReason finish = FinishReason::EndToken;
     bool tool_call = false;                    ///< the reply made a call
-    std::optional<std::string> stop_sequence;  ///< the stop string that ended it
+    std::optional<std::string> stop_sequence{};  ///< the stop string that ended it
     std::int64_t prompt_tokens = 0, output_tokens = 0, cached_tokens = 0;
 
     bool cut_short() const { return finish == FinishReason::MaxTokens || finish == FinishReason::ContextFull; }

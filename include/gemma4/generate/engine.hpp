@@ -15,9 +15,10 @@
 // prefills only the rest: a system prompt shared by many users, or a conversation's history when
 // its next turn comes. A prompt that shares as much with a prompt still being prefilled waits for
 // that one's state instead of computing the same K/V beside it: that prompt's prefill stops at
-// the shared length, the waiting request forks its pages there, and both go on. This needs no
-// prefix cache (prefix_cache_entries = 0 too): requests that arrive together with the same
-// prompt (a server's n choices) prefill it once.
+// the shared length, the waiting request forks its pages there, and both go on; one that shares
+// ids a running request has already prefilled (and can still be cut back to) forks them at once.
+// This needs no prefix cache (prefix_cache_entries = 0 too): requests that arrive together with
+// the same prompt (a server's n choices) prefill it once.
 //
 // Every forward kernel gives a token's outputs bit for bit whatever else shares its step, and a
 // request samples with its own Sampler, decoder and stop matcher as Session does, so each
@@ -559,27 +560,32 @@ private:
         return best;
     }
 
-    /// A request to follow: its id and the ids of `job`'s prompt it will hand over.
+    /// A running request whose prompt shares more ids with a new one's than the prefix cache
+    /// gives: its id and the number of ids; `seq` is its sequence when those ids are in it
+    /// already (the new request forks it at once), else -1 (it waits: hand_over).
     struct Leader {
         std::uint64_t id = 0;
         std::int64_t length = 0;
+        SeqId seq = -1;
     };
 
-    /// A running request that has not yet prefilled the ids its prompt shares with `job`'s, more
-    /// than the prefix cache gives (`have` ids): its prefill will stop there and hand them over
-    /// (hand_over). Its id, or 0.
+    /// The running request whose prompt shares the most of `job`'s, more than the prefix cache
+    /// gives (`have` ids): one that has prefilled them and can still be cut back to them, or
+    /// one still prefilling its prompt, which will stop at them and hand them over. None: id 0.
     Leader prompt_to_follow(const Job& job, std::int64_t have) const {
         if (!job.cacheable) return {};
         const auto& ids = job.request.prompt;
         Leader leader;
-        std::int64_t most = std::max(have, kMinReuse - 1);
         for (const auto& owned : active_) {
             const Job& o = *owned;
-            if (!o.cacheable || o.follows || o.pending >= 0 || o.fed >= o.prompt_size()) continue;
+            if (!o.cacheable || o.follows) continue;
             const std::int64_t n = detail::common_prefix(o.request.prompt, ids, ids.size() - 1);
-            if (n <= most || n <= o.fed) continue;
-            leader = {o.shared->id, n};
-            most = n;
+            if (n < kMinReuse || n <= have || n < leader.length || (n == leader.length && leader.seq >= 0)) continue;
+            if (n <= o.fed) {
+                if (cache_.can_truncate(o.seq, n)) leader = {o.shared->id, n, o.seq};
+            } else if (o.fed < o.prompt_size()) {
+                leader = {o.shared->id, n, -1};
+            }
         }
         return leader;
     }
@@ -655,7 +661,7 @@ private:
             }
             try {
                 const Leader leader = owned->resumed ? Leader{} : prompt_to_follow(*owned, match ? match->length : 0);
-                start(*owned, leader.id ? std::nullopt : match, leader);
+                start(*owned, leader.id ? std::nullopt : match, leader);  // a leader gives more than the match
             } catch (...) {
                 finish(*owned, FinishReason::Cancelled, std::current_exception());
                 publish();
@@ -666,27 +672,31 @@ private:
         }
     }
 
-    /// Gives `job` its sequence: the resumed conversation's pages, a fork of a kept prefix, or
-    /// an empty one (which waits for request `leader`'s prompt when that is not 0).
+    /// Gives `job` its sequence: the resumed conversation's pages, a fork of a kept prefix or
+    /// of a running request's sequence, or an empty one (which waits for request `leader`'s
+    /// prompt when that is not 0).
     void start(Job& job, std::optional<PrefixMatch> match, Leader leader) {
         job.admitted = clock::now();
         job.result.stats.queue_seconds = std::chrono::duration<double>(job.admitted - job.submitted).count();
+        const bool waits = leader.id && leader.seq < 0;
         if (job.resumed) {
             give_sequence(job, adopt_sequence(job.resumed->cache, job.resumed->seq), job.resumed->cache.length(job.resumed->seq));
             job.resumed.reset();  // its pages are the engine's now
+        } else if (leader.seq >= 0) {
+            give_sequence(job, fork_prefix(cache_, leader.seq, leader.length), leader.length);
         } else if (match) {
             give_sequence(job, take_prefix(*match), match->length);
         } else {
             give_sequence(job, cache_.add_sequence(), 0);
         }
         job.running = true;
-        job.follows = leader.id;
-        job.follow_length = leader.length;
+        job.follows = waits ? leader.id : 0;
+        job.follow_length = waits ? leader.length : 0;
         ++running_;
         reserved_ += job.reservation;
         std::lock_guard lock(mutex_);
         stats_.prompt_tokens += job.prompt_size();
-        if (options_.prefix_cache_entries && !leader.id) count_prefix(job);
+        if (options_.prefix_cache_entries && !waits) count_prefix(job);
     }
 
     /// Makes `seq`, whose first `fed` prompt ids are in the cache, `job`'s sequence.
