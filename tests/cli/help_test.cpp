@@ -51,7 +51,7 @@ const std::map<std::string, std::set<std::string>> kReads = {
 #ifdef GEMMA4_HAVE_SERVE  // built only with cpp-httplib
     {"loadgen", {"url", "api-key", "concurrency", "requests", "max-tokens", "prompt", "model", "json", "ignore-eos", "unique-prompts"}},
     {"serve", std::set<std::string>{"model", "host", "port", "parallel", "ctx-size", "queue", "kv-budget", "api-key", "weights", "quant-block", "max-body",
-                                    "max-soft-tokens", "grace", "served-model-name", "alias", "accept-any-model", "threads", "mmproj"} + kSpeculative},
+                                    "max-soft-tokens", "grace", "served-model-name", "alias", "accept-any-model", "threads", "mmproj", "max-n", "prefix-cache"} + kSpeculative},
 #endif
     {"tokenize", {"tokenizer", "config", "jsonl"}},
     {"tokenizer-bench", {"tokenizer", "text", "loads"}},
