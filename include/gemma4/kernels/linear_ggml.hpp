@@ -102,8 +102,7 @@ struct GgmlRows {
         const std::byte* src = w->data + r * row_bytes + v0 / dec.values * dec.bytes;
         const std::int64_t stored = (v1 - v0) / dec.values;
         if (vector_decode) vector_decode(src, stored, out);
-        else
-            for (std::int64_t b = 0; b < stored; ++b) dec.decode(src + b * dec.bytes, out.at(b * dec.values / 32));
+        else ggml::decode_row(dec, src, v1 - v0, out);
         const std::int64_t filled = (v1 - v0) / 32, blocks = 8 * (g1 - g0);
         if (filled == blocks) return;
         const auto n = static_cast<std::size_t>(blocks - filled);
@@ -192,8 +191,7 @@ inline void linear_ggml(std::span<const QuantTarget> targets, Rows<const float> 
                         for (std::int64_t g0 = 0; g0 < G; g0 += kGgmlStreamGroups) {
                             const std::int64_t g1 = std::min(G, g0 + kGgmlStreamGroups);
                             rows.decode(r, g0, g1, stretch);
-                            const GgmlTokenActs xg{xt.q + 256 * g0, xt.scale + 8 * g0, xt.halves + 16 * g0, xt.start ? xt.start + 64 * g0 : nullptr};
-                            ggml_dot_groups(level, rows, stretch, g1 - g0, xg, lanes);
+                            ggml_dot_groups(level, rows, stretch, g1 - g0, xt.group(g0), lanes);
                         }
                         target.y.row(0)[r] = ggml_lanes_sum(lanes);
                     }

@@ -31,17 +31,23 @@ struct QuantActs {
     const std::int32_t* sum_row(std::int64_t t) const { return sum.data() + t * blocks; }
 };
 
-/// Sizes `a` for tokens × cols in blocks of `block` (the buffers are reused across calls:
-/// resize, not assign, as quantize_activations writes every element).
-inline void shape_activations(std::int64_t tokens, std::int64_t cols, std::int64_t block, QuantActs& a) {
+/// Sizes `a` for tokens × cols in blocks of `block`, each row padded with zeros to `padded`
+/// values (the buffers are reused across calls: resize, not assign, as quantize_activations
+/// writes every element).
+inline void shape_activations(std::int64_t tokens, std::int64_t cols, std::int64_t block, std::int64_t padded, QuantActs& a) {
     a.tokens = tokens;
     a.cols = cols;
-    a.padded = quant::padded_cols(cols);
+    a.padded = padded;
     a.block = block;
     a.blocks = a.padded / block;
     a.q.resize(static_cast<std::size_t>(tokens * a.padded));
     a.scale.resize(static_cast<std::size_t>(tokens * a.blocks));
     a.sum.resize(static_cast<std::size_t>(tokens * a.blocks));
+}
+
+/// The same, rows padded as the weights' (quant::padded_cols).
+inline void shape_activations(std::int64_t tokens, std::int64_t cols, std::int64_t block, QuantActs& a) {
+    shape_activations(tokens, cols, block, quant::padded_cols(cols), a);
 }
 
 /// One block of n ≤ block activations to int8 codes (the rest of the block zero) by
@@ -91,6 +97,11 @@ struct GgmlTokenActs {
     /// Per 4 values: −offset · Σ q over them, for the code offset the call asked for (the start
     /// value of vpdpbusd, which multiplies the unsigned codes); null for offset 0.
     const std::int32_t* start;
+
+    /// The same activations from group g (of kGgmlGroup values) on.
+    GgmlTokenActs group(std::int64_t g) const {
+        return {q + kGgmlGroup * g, scale + 8 * g, halves + 16 * g, start ? start + kGgmlGroup / 4 * g : nullptr};
+    }
 };
 
 /// The lanes of one row's linear_ggml dot product in progress (kernels/linear_ggml.hpp): 16 of
@@ -117,12 +128,7 @@ struct GgmlActs {
 
 /// Sizes `a` for tokens × cols and the code offsets `offsets` (each nonzero one gets start values).
 inline void shape_ggml_acts(std::int64_t tokens, std::int64_t cols, std::span<const int> offsets, GgmlActs& a) {
-    shape_activations(tokens, cols, 32, a.acts);
-    a.acts.padded = (cols + kGgmlGroup - 1) / kGgmlGroup * kGgmlGroup;
-    a.acts.blocks = a.acts.padded / 32;
-    a.acts.q.resize(static_cast<std::size_t>(tokens * a.acts.padded));
-    a.acts.scale.resize(static_cast<std::size_t>(tokens * a.acts.blocks));
-    a.acts.sum.resize(static_cast<std::size_t>(tokens * a.acts.blocks));
+    shape_activations(tokens, cols, 32, (cols + kGgmlGroup - 1) / kGgmlGroup * kGgmlGroup, a.acts);
     a.halves.resize(static_cast<std::size_t>(tokens * 2 * a.acts.blocks));
     std::size_t n = 0;
     for (const int o : offsets) {

@@ -226,10 +226,6 @@ inline void add_group(const Group& w, const GgmlTokenActs& x, __m256i shift, __m
     if constexpr (Mins) off = group_mins(w.m, w.dmin, x, off);
 }
 
-inline GgmlTokenActs group_acts(const GgmlTokenActs& x, std::int64_t g) {
-    return {x.q + 256 * g, x.scale + 8 * g, x.halves + 16 * g, x.start ? x.start + 64 * g : nullptr};
-}
-
 /// ggml_dot_groups_portable (kernels/linear_ggml.hpp) over decoded groups: the same bits.
 inline void dot_groups(const ggml::IntBlocks& w, std::int64_t groups, const GgmlTokenActs& x, int offset, bool mins, GgmlLanes& lanes) {
     const __m256i shift = _mm256_set1_epi8(static_cast<char>(offset));
@@ -237,7 +233,7 @@ inline void dot_groups(const ggml::IntBlocks& w, std::int64_t groups, const Ggml
     Group grp;
     for (std::int64_t g = 0; g < groups; ++g) {
         load_group(w.at(8 * g), grp);
-        const GgmlTokenActs xg = group_acts(x, g);
+        const GgmlTokenActs xg = x.group(g);
         if (small_codes(offset)) {
             if (mins) add_group<true, true>(grp, xg, shift, even, odd, off);
             else add_group<false, true>(grp, xg, shift, even, odd, off);
@@ -269,7 +265,7 @@ inline float dot_row_stored(const std::byte* row, std::int64_t groups, const Ggm
     Group grp;
     for (std::int64_t g = 0; g < groups; ++g) {
         U(row + g * Bytes, grp);
-        add_group<Mins, small_codes(Offset)>(grp, group_acts(x, g), shift, even, odd, off);
+        add_group<Mins, small_codes(Offset)>(grp, x.group(g), shift, even, odd, off);
     }
     return lanes_sum(even, odd, off);
 }
@@ -286,7 +282,7 @@ inline void dot_row_stored_tokens(const std::byte* row, std::int64_t groups, con
         U(row + g * Bytes, grp);
         for (std::int64_t t = 0; t < tokens; ++t) {
             __m256 even = _mm256_loadu_ps(lanes[t].acc), odd = _mm256_loadu_ps(lanes[t].acc + 8), off = _mm256_loadu_ps(lanes[t].off);
-            add_group<Mins, small_codes(Offset)>(grp, group_acts(x[t], g), shift, even, odd, off);
+            add_group<Mins, small_codes(Offset)>(grp, x[t].group(g), shift, even, odd, off);
             if (g + 1 == groups) {
                 y[t] = lanes_sum(even, odd, off);
                 continue;

@@ -65,10 +65,6 @@ inline void load_group(const ggml::IntBlocks& w, Group& g) {
     g.dmin = _mm256_loadu_ps(w.dmin);
 }
 
-inline GgmlTokenActs group_acts(const GgmlTokenActs& x, std::int64_t g) {
-    return {x.q + 256 * g, x.scale + 8 * g, x.halves + 16 * g, x.start ? x.start + 64 * g : nullptr};
-}
-
 /// ggml_dot_groups_portable (kernels/linear_ggml.hpp) over decoded groups: the same bits.
 inline void dot_groups(const ggml::IntBlocks& w, std::int64_t groups, const GgmlTokenActs& x, bool mins, GgmlLanes& lanes) {
     __m512 acc = _mm512_loadu_ps(lanes.acc);
@@ -76,27 +72,21 @@ inline void dot_groups(const ggml::IntBlocks& w, std::int64_t groups, const Ggml
     Group grp;
     for (std::int64_t g = 0; g < groups; ++g) {
         load_group(w.at(8 * g), grp);
-        if (mins) add_group<true>(grp, group_acts(x, g), acc, off);
-        else add_group<false>(grp, group_acts(x, g), acc, off);
+        if (mins) add_group<true>(grp, x.group(g), acc, off);
+        else add_group<false>(grp, x.group(g), acc, off);
     }
     _mm512_storeu_ps(lanes.acc, acc);
     _mm256_storeu_ps(lanes.off, off);
 }
 
-// Decoders of stored super-blocks straight into registers, for the one-token pass: the bytes of
-// the portable decoders (ggml_blocks.hpp), tested through the dot products' bits.
+// Decoders of stored super-blocks straight into registers, for the row kernels: the bytes of the
+// portable decoders (ggml_blocks.hpp), tested through the dot products' bits. The scalar parts
+// (scales, f16 splats) are the AVX2 level's.
+using ggml_avx2::half_splat;
+using ggml_avx2::halves_i16;
 
-inline __m256 half_splat(const std::byte* p) { return _mm256_set1_ps(_cvtsh_ss(ggml::read_u16(p))); }
-
-/// 8 bytes, one per block, as the 16 halves' values [2b + h] = byte b.
-inline __m512 halves_f32(std::uint64_t bytes) {
-    const __m128i v = _mm_cvtsi64_si128(static_cast<long long>(bytes));
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v)));
-}
-inline __m256i halves_i16(std::uint64_t bytes) {
-    const __m128i v = _mm_cvtsi64_si128(static_cast<long long>(bytes));
-    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
-}
+/// 8 bytes, one per block, as the 16 halves' values [2b + h] = byte b, in float.
+inline __m512 halves_f32(std::uint64_t bytes) { return _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(halves_i16(bytes))); }
 
 /// Q4_K (Q5 false) and Q5_K.
 template <bool Q5>
@@ -176,7 +166,7 @@ inline float dot_row_stored(const std::byte* row, std::int64_t groups, const Ggm
     __m256 off = _mm256_setzero_ps();
     for (std::int64_t g = 0; g < groups; ++g) {
         U(row + g * Bytes, grp);
-        add_group<Mins>(grp, group_acts(x, g), acc, off);
+        add_group<Mins>(grp, x.group(g), acc, off);
     }
     return lanes_sum(acc, off);
 }
@@ -193,7 +183,7 @@ inline void dot_row_stored_tokens(const std::byte* row, std::int64_t groups, con
         for (std::int64_t t = 0; t < tokens; ++t) {
             __m512 acc = _mm512_loadu_ps(lanes[t].acc);
             __m256 off = _mm256_loadu_ps(lanes[t].off);
-            add_group<Mins>(grp, group_acts(x[t], g), acc, off);
+            add_group<Mins>(grp, x[t].group(g), acc, off);
             if (g + 1 == groups) {
                 y[t] = lanes_sum(acc, off);
                 continue;
